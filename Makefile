@@ -1,0 +1,25 @@
+# Two commands for a fresh clone: `make serve` and `make test`. Both set up .venv/ first.
+VENV   := .venv
+STAMP  := $(VENV)/.setup-done
+PORT   ?= 8000
+MODEL  ?= SmolLM2-135M-Instruct-1bit
+
+.PHONY: setup serve test bench-overhead clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt scripts/setup.sh
+	bash scripts/setup.sh
+	@touch $@
+
+serve: setup
+	$(VENV)/bin/1bit serve -m $(MODEL) --port $(PORT)
+
+test: setup
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+bench-overhead: setup
+	$(VENV)/bin/python bench/overhead.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,3 @@
+from lemonade_onebit.cli import main
+
+raise SystemExit(main())

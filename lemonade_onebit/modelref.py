@@ -1,0 +1,53 @@
+"""What MODEL names: a file or folder of a known kind, or a catalog entry; and the id it is served as."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lemonade_onebit.catalog.entries import find_entry, install_hint, local_file
+from lemonade_onebit.errors import RunError
+
+GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    kind: str  # gguf | 1bp | onnx | npu | mlx
+    path: Path
+    served_id: str
+
+
+def detect_kind(path: Path) -> str:
+    if path.is_file():
+        suffix = path.suffix.lower()
+        if suffix == ".gguf":
+            return "gguf"
+        if suffix == ".1bp":
+            return "1bp"
+        raise RunError(f"{path}: not a model file this engine knows (.gguf or .1bp)")
+    if (path / "genai_config.json").is_file():
+        return "onnx"
+    if (path / "model.q4nx").is_file() and (path / "npu").is_dir():
+        return "npu"
+    if (path / "config.json").is_file() and any(path.glob("*.safetensors")):
+        return "mlx"
+    raise RunError(
+        f"{path}: a folder of no known model kind (expected genai_config.json for ONNX, "
+        "model.q4nx + npu/ for the NPU, or config.json + *.safetensors for MLX)"
+    )
+
+
+def resolve_model(spec: str, alias: str | None = None) -> ModelRef:
+    path = Path(spec).expanduser()
+    if path.exists():
+        kind = detect_kind(path)
+        served = alias or (path.stem if path.is_file() else path.resolve().name)
+        return ModelRef(kind, path.resolve(), served)
+    entry = find_entry(spec)
+    if entry is not None:
+        file = local_file(entry)
+        if file is None:
+            raise RunError(f"model {spec} is not on this machine: {install_hint(entry)}")
+        return ModelRef(detect_kind(file), file, alias or entry.name)
+    raise RunError(f"model not found: {spec} is neither a file, a folder nor a catalog name")

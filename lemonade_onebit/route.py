@@ -1,0 +1,71 @@
+"""Which launcher serves a model: pure functions over the registry's descriptors."""
+
+from __future__ import annotations
+
+from lemonade_onebit.backends.base import Launcher
+from lemonade_onebit.config import EXECUTOR_OPTIONS, ROUTE_OPTIONS, ServeConfig
+from lemonade_onebit.errors import UsageError
+
+# Options this version of serve parses but whose feature has not landed; refused, never ignored.
+NOT_YET = {
+    "laya": "--laya: the Laya router is not available in this version",
+    "route_policy": "--route-policy: the Laya router is not available in this version",
+    "recipes": "--recipes: recipe files are not available in this version",
+}
+
+
+def choose_launcher(
+    kind: str, device: str, registered: tuple[type[Launcher], ...]
+) -> tuple[type[Launcher], str]:
+    """The launcher for a model kind on a device, and why it was chosen."""
+    for_kind = [cls for cls in registered if kind in cls.info.model_kinds]
+    if device != "auto":
+        for cls in for_kind:
+            if cls.info.device == device:
+                return cls, f"--device {device}"
+        known = sorted({cls.info.device for cls in registered})
+        if any(cls.info.device == device for cls in registered):
+            raise UsageError(f"--device {device} cannot serve a {kind} model")
+        raise UsageError(
+            f"--device {device}: no launcher for this route is installed "
+            f"(installed routes: {', '.join(known) or 'none'})"
+        )
+    usable = [cls for cls in for_kind if cls().available()]
+    if not usable:
+        raise UsageError(f"no installed route serves a {kind} model on this machine")
+    best = usable[0]  # the registry is sorted by auto_rank, fastest first
+    skipped = [cls.info.device for cls in for_kind if cls not in usable]
+    why = f"auto picked {best.info.device} for {kind}"
+    if skipped:
+        why += f" (not on this machine: {', '.join(skipped)})"
+    return best, why
+
+
+def refusals(config: ServeConfig, launcher: type[Launcher]) -> list[str]:
+    """Every option the chosen route cannot honour, each with its reason."""
+    info = launcher.info
+    out = [msg for name, msg in NOT_YET.items() if config.given(name)]
+    if config.mtp and config.dflash:
+        out.append("--mtp and --dflash: pick one")
+    for name in ("mtp_max", "mtp_p_min"):
+        if config.given(name) and not (config.mtp or config.dflash):
+            out.append(f"{ROUTE_OPTIONS[name]} needs --mtp or --dflash")
+    if config.embedding and config.reranking:
+        out.append("--embedding and --reranking: pick one")
+    for name, flag in ROUTE_OPTIONS.items():
+        if not config.given(name):
+            continue
+        if name in info.refusals:
+            out.append(f"{flag}: {info.refusals[name]}")
+        elif name not in info.options:
+            out.append(f"{flag} is not supported on the {info.device} route")
+    for name, flag in EXECUTOR_OPTIONS.items():
+        if config.given(name) and name != info.executor_option:
+            out.append(f"{flag} names an executor the {info.device} route does not use")
+    return out
+
+
+def check_route(config: ServeConfig, launcher: type[Launcher]) -> None:
+    problems = refusals(config, launcher)
+    if problems:
+        raise UsageError("; ".join(problems))

@@ -1,0 +1,115 @@
+"""`1bit serve`: resolve the model, pick the route, start the executor, serve the HTTP front."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import socket
+import sys
+
+import aiohttp
+from aiohttp import web
+
+from lemonade_onebit.backends import launchers
+from lemonade_onebit.backends.executors import resolve_executor
+from lemonade_onebit.config import ServeConfig
+from lemonade_onebit.errors import RunError
+from lemonade_onebit.modelref import resolve_model
+from lemonade_onebit.route import check_route, choose_launcher
+from lemonade_onebit.serve.app import ServeApp
+from lemonade_onebit.serve.supervisor import ExecutorSpec, Supervisor
+
+
+def log(message: str) -> None:
+    print(f"1bit serve: {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def merged_env(extra: dict[str, str]) -> dict[str, str]:
+    """The executor's environment: ours, plus extras only where the user set nothing."""
+    env = dict(os.environ)
+    for key, value in extra.items():
+        env.setdefault(key, value)
+    return env
+
+
+def run(config: ServeConfig) -> int:
+    """Validate everything that can be validated before starting anything, then serve."""
+    model = resolve_model(config.model, config.alias)
+    launcher_cls, why = choose_launcher(model.kind, config.device, launchers())
+    check_route(config, launcher_cls)
+    launcher = launcher_cls()
+    executor = resolve_executor(launcher, config)
+    if config.device == "auto":
+        log(why)
+    log(f"{model.served_id} on {launcher.info.device} ({executor})")
+
+    port = free_port()
+    upstream_key = os.environ.get("LLAMA_API_KEY") or secrets.token_urlsafe(24)
+    env = merged_env(launcher.env(config))
+    if launcher.info.llama_server_api:
+        env["LLAMA_API_KEY"] = upstream_key  # the private port answers only to serve
+    spec = ExecutorSpec(
+        argv=launcher.argv(executor, model, port, config),
+        env=env,
+        port=port,
+        readiness=launcher.info.readiness,
+    )
+    return _run_loop(_serve(config, launcher.info, spec, model.served_id, upstream_key))
+
+
+def _run_loop(main) -> int:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+async def _serve(config, info, spec, served_id, upstream_key) -> int:
+    supervisor = Supervisor(spec, config.load_timeout)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=config.executor_timeout)
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, auto_decompress=False
+    ) as session:
+        front = ServeApp(config, info, supervisor, served_id, upstream_key, session)
+        runner = web.AppRunner(front.make_app(), access_log=None, handler_cancellation=True)
+        await runner.setup()
+        site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise RunError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from exc
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            supervisor.start()
+            load = asyncio.ensure_future(supervisor.wait_ready(session))
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({load, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not load.done():
+                load.cancel()
+                return 0
+            load.result()  # raises RunError with the executor's reason
+            log(f"ready on http://{_url_host(config.host)}:{config.port}")
+            await stopped
+            return 0
+        finally:
+            await supervisor.stop()
+            await runner.cleanup()
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

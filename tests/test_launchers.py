@@ -1,0 +1,100 @@
+"""Launchers as data: the entry-point registry, route choice, executor lookup, the CPU argv."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from lemonade_onebit.backends import GROUP, launcher_for, launchers
+from lemonade_onebit.backends.executors import resolve_executor
+from lemonade_onebit.backends.llamacpp import CpuLauncher
+from lemonade_onebit.config import ServeConfig
+from lemonade_onebit.errors import RunError, UsageError
+from lemonade_onebit.modelref import ModelRef
+from lemonade_onebit.route import choose_launcher, refusals
+
+MODEL = ModelRef("gguf", Path("/models/m.gguf"), "m")
+
+
+def test_cpu_launcher_comes_from_the_entry_point_group():
+    from importlib.metadata import entry_points
+
+    assert any(ep.value.endswith(":CpuLauncher") for ep in entry_points(group=GROUP))
+    assert CpuLauncher in launchers()
+    assert launcher_for("cpu") is CpuLauncher
+
+
+def test_auto_picks_cpu_for_gguf_here():
+    cls, why = choose_launcher("gguf", "auto", launchers())
+    assert cls is CpuLauncher
+    assert "auto picked cpu" in why
+
+
+def test_device_for_another_kind_is_refused():
+    with pytest.raises(UsageError, match="cannot serve a onnx model"):
+        choose_launcher("onnx", "cpu", launchers())
+
+
+def test_cpu_argv_minimal():
+    argv = CpuLauncher().argv("/bin/llama-server", MODEL, 4321, ServeConfig(model="m"))
+    assert argv == ["/bin/llama-server", "-m", "/models/m.gguf", "--host", "127.0.0.1",
+                    "--port", "4321", "-ngl", "0", "--jinja", "--alias", "m"]
+
+
+def test_cpu_argv_every_option():
+    config = ServeConfig(model="m", ctx_size=4096, flash_attn="on", parallel=2, mtp="/h.gguf",
+                         mtp_max=4, mtp_p_min=0.5, mmproj="/p.gguf", embedding=True,
+                         extra_args=("--temp", "0.2"))
+    argv = CpuLauncher().argv("/bin/ls", MODEL, 1, config)
+    tail = argv[argv.index("--alias") + 2:]
+    assert tail == ["-c", "4096", "-fa", "on", "-np", "2",
+                    "--spec-type", "draft-mtp", "-md", "/h.gguf", "-ngld", "99",
+                    "--spec-draft-n-max", "4", "--spec-draft-p-min", "0.5",
+                    "--mmproj", "/p.gguf", "--embeddings", "--temp", "0.2"]
+
+
+def test_cpu_argv_dflash_and_reranking():
+    config = ServeConfig(model="m", dflash="/d.gguf", reranking=True)
+    argv = CpuLauncher().argv("/bin/ls", MODEL, 1, config)
+    assert argv[-7:] == ["--spec-type", "draft-dflash", "-md", "/d.gguf", "-ngld", "99",
+                         "--reranking"]
+
+
+def test_refusals_are_pure_and_complete():
+    config = ServeConfig(model="m", lean=True, mtp="/h", dflash="/d", onnx_server="/x")
+    found = refusals(config, CpuLauncher)
+    assert "--mtp and --dflash: pick one" in found
+    assert any(r.startswith("--lean:") for r in found)
+    assert any(r.startswith("--onnx-server names") for r in found)
+    assert refusals(ServeConfig(model="m", ctx_size=8, parallel=2), CpuLauncher) == []
+
+
+def _exe(path: Path) -> str:
+    path.write_text("#!/bin/sh\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_executor_lookup_order(tmp_path, monkeypatch):
+    flag = _exe(tmp_path / "from-flag")
+    env = _exe(tmp_path / "from-env")
+    on_path = tmp_path / "bin"
+    on_path.mkdir()
+    _exe(on_path / "llama-server")
+    launcher = CpuLauncher()
+    monkeypatch.setenv("ONEBIT_LLAMA_SERVER", env)
+    assert resolve_executor(launcher, ServeConfig(model="m", llama_server=flag)) == flag
+    assert resolve_executor(launcher, ServeConfig(model="m")) == env
+    monkeypatch.delenv("ONEBIT_LLAMA_SERVER")
+    installed = launcher.installed_executor()
+    assert installed and os.access(installed, os.X_OK)
+    assert resolve_executor(launcher, ServeConfig(model="m")) == installed
+    monkeypatch.setattr(CpuLauncher, "installed_executor", lambda self: None)
+    monkeypatch.setenv("PATH", str(on_path))
+    assert resolve_executor(launcher, ServeConfig(model="m")) == str(on_path / "llama-server")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(RunError, match="pass --llama-server PATH"):
+        resolve_executor(launcher, ServeConfig(model="m"))
