@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 import signal
 import socket
@@ -10,6 +9,7 @@ import stat
 import threading
 import time
 import urllib.request
+from http.client import HTTPException
 
 import psutil
 import pytest
@@ -213,7 +213,7 @@ def test_port_in_use_exits_1_before_starting_the_executor(start_serve, smollm2):
 def _swallow(fn, *args) -> None:
     try:
         fn(*args)
-    except (OSError, http.client.HTTPException):
+    except (OSError, HTTPException):
         pass
 
 

@@ -137,3 +137,16 @@ def test_32_concurrent_streams_complete_with_well_formed_sse(smol_serve):
         assert events[-1] == b"[DONE]"
         payloads = [json.loads(e) for e in events[:-1]]
         assert payloads and all(p["object"] == "chat.completion.chunk" for p in payloads)
+
+
+def test_request_after_executor_closed_idle_connections_succeeds(smol_serve):
+    """llama-server drops idle keep-alive connections after 5 s; serve must not answer 502."""
+    import time
+
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    for _ in range(2):
+        status, raw = http("POST", smol_serve.url + "/v1/chat/completions", chat)
+        assert status == 200, raw
+        time.sleep(5.5)
+    status, raw = http("POST", smol_serve.url + "/v1/chat/completions", chat)
+    assert status == 200, raw

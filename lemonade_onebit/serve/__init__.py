@@ -76,7 +76,8 @@ def _run_loop(main) -> int:
 async def _serve(config, info, spec, served_id, upstream_key) -> int:
     supervisor = Supervisor(spec, config.load_timeout)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=config.executor_timeout)
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    # llama-server closes idle keep-alive connections after 5 s; drop ours well before that.
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=2)
     async with aiohttp.ClientSession(
         connector=connector, timeout=timeout, auto_decompress=False
     ) as session:

@@ -195,13 +195,25 @@ class ServeApp:
         url = self.supervisor.base_url + request.rel_url.path_qs
         return await self._relay(url, request.method, body, rewrite=False)
 
+    async def _send(self, method: str, url: str, body: bytes) -> aiohttp.ClientResponse:
+        """Send upstream; retry once when a pooled keep-alive connection turns out closed."""
+        for attempt in (0, 1):
+            try:
+                return await self.session.request(
+                    method, url, data=body or None, headers=self._upstream_headers
+                )
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if attempt or isinstance(exc, aiohttp.ClientConnectorError):
+                    raise
+        raise AssertionError("unreachable")
+
     async def _relay(self, url: str, method: str, body: bytes, rewrite: bool) -> web.Response:
         try:
-            async with self.session.request(
-                method, url, data=body or None, headers=self._upstream_headers
-            ) as up:
+            up = await self._send(method, url, body)
+            try:
                 data = await up.read()
-                status, ctype = up.status, up.headers.get("Content-Type", "application/json")
+            finally:
+                up.release()
         except asyncio.TimeoutError:
             return error_response(
                 502, f"executor sent nothing for {self.config.executor_timeout:g} s",
@@ -209,6 +221,7 @@ class ServeApp:
             )
         except aiohttp.ClientError as exc:
             return error_response(502, self._upstream_failure(exc), "executor_failed")
+        status, ctype = up.status, up.headers.get("Content-Type", "application/json")
         if rewrite and status == 200:
             data = self._rewrite_model(data)
         return web.Response(status=status, body=data, headers={"Content-Type": ctype})
@@ -227,16 +240,14 @@ class ServeApp:
         self, request: web.Request, url: str, body: bytes
     ) -> web.StreamResponse:
         try:
-            up = await self.session.post(url, data=body, headers=self._upstream_headers)
+            up = await self._send("POST", url, body)
         except asyncio.TimeoutError:
             return error_response(502, "executor did not answer", "executor_timeout")
         except aiohttp.ClientError as exc:
             return error_response(502, self._upstream_failure(exc), "executor_failed")
-        complete = False
         try:
             if up.status != 200:
                 data = await up.read()
-                complete = True
                 return web.Response(
                     status=up.status, body=data,
                     headers={"Content-Type": up.headers.get("Content-Type", "application/json")},
@@ -247,7 +258,6 @@ class ServeApp:
             try:
                 async for chunk in up.content.iter_any():
                     await resp.write(chunk)
-                complete = True
             except ConnectionError:  # the client went away: closing `up` cancels the generation
                 return resp
             except asyncio.TimeoutError:
@@ -258,10 +268,9 @@ class ServeApp:
             await _write_eof_quietly(resp)
             return resp
         finally:
-            if complete:
-                up.release()
-            else:
-                up.close()
+            # llama-server closes the connection after a stream although it says keep-alive,
+            # so a streamed connection never goes back to the pool.
+            up.close()
 
     def _upstream_failure(self, exc: BaseException) -> str:
         why = self.supervisor.failure or f"{type(exc).__name__}: {exc}".rstrip(": ")

