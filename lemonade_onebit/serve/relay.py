@@ -1,0 +1,207 @@
+"""The streamed relay: executor socket → client socket with no parsing of the events themselves.
+
+A streamed reply is the hot path of serve (one write per token, 32 streams at once), so it skips the
+HTTP client library: a raw connection to the executor, whose chunked body framing is passed straight
+to the client's connection. Only the chunk sizes are read, to find the end of the body and to know
+that an error event can be inserted at a chunk boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+
+class UpstreamError(Exception):
+    """The executor's connection failed or broke its HTTP framing."""
+
+
+class StreamRelay(asyncio.Protocol):
+    """One streamed POST to the executor.
+
+    Phase 1: the response head arrives (`head` resolves). Phase 2: with a `sink` (the client's
+    transport) the body is forwarded as it arrives; without one it is collected. `done` resolves
+    True at the body's end, False when the executor closed the connection first.
+    """
+
+    def __init__(self, request: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        self._request = request
+        self.head: asyncio.Future[None] = loop.create_future()
+        self.done: asyncio.Future[bool] = loop.create_future()
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.last_data = time.monotonic()
+        self.transport: asyncio.Transport | None = None
+        self._head_buf = b""
+        self._pending = bytearray()  # body bytes that came before a sink was attached
+        self._sink: asyncio.WriteTransport | None = None
+        self._collecting = False
+        self._closed = False  # the executor closed its end
+        self._collect = bytearray()  # de-chunked body, when collecting
+        self._chunked = False
+        self._length: int | None = None
+        self._received = 0
+        self._need = 0  # bytes left in the current chunk, its CRLF included
+        self._size_line = b""  # a chunk-size line split across reads, not yet forwarded
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        transport.write(self._request)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_data = time.monotonic()
+        if not self.head.done():
+            self._head_buf += data
+            end = self._head_buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            data = self._head_buf[end + 4:]
+            try:
+                self._parse_head(self._head_buf[:end])
+            except (ValueError, IndexError):
+                self._fail(UpstreamError("the executor sent a malformed response head"))
+                return
+            self._head_buf = b""
+            self.head.set_result(None)
+            if not data:
+                return
+        if self._sink is None and not self._collecting:
+            self._pending += data
+            return
+        try:
+            self._body(data)
+        except ValueError:
+            self._fail(UpstreamError("the executor broke its chunked framing"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        if not self.head.done():
+            self.head.set_exception(UpstreamError("the executor closed the connection"))
+        if self._sink is not None or self._collecting:
+            self._conclude()
+        # else: bytes may wait in _pending; the verdict comes when they are processed
+
+    def _conclude(self) -> None:
+        """The connection is gone: the body is complete only if its framing says so."""
+        if not self.done.done():
+            close_delimited = self._length is None and not self._chunked
+            self.done.set_result(close_delimited and self._received > 0)
+
+    # -- phase 2 ------------------------------------------------------------------------------
+
+    def forward_to(self, sink: asyncio.WriteTransport) -> None:
+        """Send the body, as it arrives, to the client's transport (already in chunked mode)."""
+        self._sink = sink
+        self._drain_pending()
+
+    def collect(self) -> None:
+        self._collecting = True
+        self._drain_pending()
+
+    def collected(self) -> bytes:
+        """The whole body, without chunk framing (after `done` resolved True)."""
+        return dechunk(bytes(self._collect)) if self._chunked else bytes(self._collect)
+
+    def at_chunk_boundary(self) -> bool:
+        return self._need == 0 and not self._size_line
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _parse_head(self, head: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        self.status = int(lines[0].split(" ", 2)[1])
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            self.headers[name.strip().lower()] = value.strip()
+        self._chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
+        if not self._chunked and "content-length" in self.headers:
+            self._length = int(self.headers["content-length"])
+            if self._length == 0:
+                self._finish()
+
+    def _drain_pending(self) -> None:
+        if self._pending:
+            data, self._pending = bytes(self._pending), bytearray()
+            try:
+                self._body(data)
+            except ValueError:
+                self._fail(UpstreamError("the executor broke its chunked framing"))
+        if self._closed:
+            self._conclude()
+
+    def _body(self, data: bytes) -> None:
+        if self.done.done():
+            return
+        if not self._chunked:
+            self._received += len(data)
+            self._emit_unframed(data)
+            if self._length is not None and self._received >= self._length:
+                self._finish()
+            return
+        if self._size_line:
+            data, self._size_line = self._size_line + data, b""
+        pos, end = 0, len(data)
+        while pos < end:
+            if self._need:
+                take = min(self._need, end - pos)
+                pos += take
+                self._need -= take
+                continue
+            newline = data.find(b"\n", pos)
+            if newline < 0:  # hold a split size line back until it is whole
+                self._size_line = data[pos:]
+                self._emit_framed(data[:pos])
+                return
+            size = int(data[pos:newline].split(b";", 1)[0].strip(), 16)
+            if size == 0:  # the last chunk: the client's own is written by the HTTP front
+                self._emit_framed(data[:pos])
+                self._finish()
+                return
+            pos = newline + 1
+            self._need = size + 2
+        self._emit_framed(data)
+
+    def _emit_framed(self, framed: bytes) -> None:
+        if not framed:
+            return
+        if self._sink is None:
+            self._collect += framed
+        elif self._sink.is_closing():  # the client left: stop the generation
+            self._fail(UpstreamError("the client closed the connection"))
+        else:
+            self._sink.write(framed)
+
+    def _emit_unframed(self, data: bytes) -> None:
+        if self._sink is None:
+            self._collect += data
+        else:
+            self._emit_framed(b"%x\r\n%b\r\n" % (len(data), data))
+
+    def _finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(True)
+        self.close()
+
+    def _fail(self, exc: Exception) -> None:
+        if not self.head.done():
+            self.head.set_exception(exc)
+        if not self.done.done():
+            self.done.set_result(False)
+        self.close()
+
+
+def dechunk(framed: bytes) -> bytes:
+    out, pos = bytearray(), 0
+    while pos < len(framed):
+        newline = framed.index(b"\n", pos)
+        size = int(framed[pos:newline].split(b";", 1)[0].strip(), 16)
+        out += framed[newline + 1:newline + 1 + size]
+        pos = newline + 1 + size + 2
+    return bytes(out)
