@@ -16,41 +16,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
-    return value
+def _number(convert, what: str, valid, rule: str):
+    """An argparse type: `convert` the text, then check it, each failure with a plain message."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(f"{text!r} {rule}")
+        return value
+
+    return parse
 
 
-def _port(text: str) -> int:
-    value = _positive_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
-    return value
-
-
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
-    return value
+_positive_int = _number(int, "a whole number", lambda v: v > 0, "must be greater than 0")
+_port = _number(int, "a whole number", lambda v: 0 < v <= 65535, "is not a port (1-65535)")
+_probability = _number(float, "a number", lambda v: 0.0 <= v <= 1.0, "must be between 0 and 1")
+_seconds = _number(float, "a number of seconds", lambda v: v > 0, "must be greater than 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
