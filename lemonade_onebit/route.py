@@ -30,11 +30,12 @@ def choose_launcher(
             f"--device {device}: no launcher for this route is installed "
             f"(installed routes: {', '.join(known) or 'none'})"
         )
-    usable = [cls for cls in for_kind if cls().available()]
+    candidates = [cls for cls in for_kind if cls.info.auto_for(kind)]
+    usable = [cls for cls in candidates if cls().available()]
     if not usable:
         raise UsageError(f"no installed route serves a {kind} model on this machine")
     best = usable[0]  # the registry is sorted by auto_rank, fastest first
-    skipped = [cls.info.device for cls in for_kind if cls not in usable]
+    skipped = [cls.info.device for cls in candidates if cls not in usable]
     why = f"auto picked {best.info.device} for {kind}"
     if skipped:
         why += f" (not on this machine: {', '.join(skipped)})"

@@ -50,8 +50,8 @@ def test_unknown_option_is_usage_error():
     [
         (["--mtp", "h.gguf", "--dflash", "d.gguf"], "--mtp and --dflash: pick one"),
         (["--embedding", "--reranking"], "--embedding and --reranking: pick one"),
-        (["--device", "vulkan"], "--device vulkan: no launcher for this route is installed"),
-        (["--device", "onnx"], "--device onnx: no launcher for this route is installed"),
+        (["--device", "onnx"], "--device onnx cannot serve a gguf model"),
+        (["--device", "mlx"], "--device mlx cannot serve a gguf model"),
         (["--lean"], "--lean: --lean needs a ROCmFPX build"),
         (["--hrx-libhsa", "/x.so"], "--hrx-libhsa is not supported on the cpu route"),
         (["--zinc", "/bin/true"], "--zinc names an executor the cpu route does not use"),
@@ -83,6 +83,14 @@ def test_bad_values_are_usage_errors(args, message):
     out = run("serve", "-m", "x.gguf", *args)
     assert out.returncode == 2
     assert message in out.stderr
+
+
+@pytest.mark.parametrize("device", ["vulkan", "cuda", "rocm", "hrx", "zinc"])
+def test_device_this_machine_lacks_exits_1_and_says_so(smollm2, device):
+    out = run("serve", "-m", str(smollm2), "--device", device)
+    assert out.returncode == 1
+    assert f"--device {device}:" in out.stderr
+    assert "1bit devices" in out.stderr or "no " in out.stderr
 
 
 def test_unknown_catalog_name_exits_1_with_reason():

@@ -26,6 +26,11 @@ class LauncherInfo:
     refusals: dict[str, str] = field(default_factory=dict)  # field -> why the route refuses it
     llama_server_api: bool = False  # relays /tokenize, /slots, /props, /metrics, ...
     auto_rank: int = 0  # higher wins under --device auto
+    auto_kinds: frozenset[str] | None = None  # kinds auto may pick it for (None: model_kinds)
+    needs: tuple[str, ...] = ()  # device kinds (devices.py), any of which makes it available
+
+    def auto_for(self, kind: str) -> bool:
+        return kind in (self.model_kinds if self.auto_kinds is None else self.auto_kinds)
 
 
 class Launcher:
@@ -37,11 +42,19 @@ class Launcher:
 
     def available(self) -> bool:
         """Whether this machine has the device the route runs on."""
-        return True
+        if not self.info.needs:
+            return True
+        from lemonade_onebit.devices import has
+
+        return any(has(kind) for kind in self.info.needs)
 
     def argv(self, executor: str, model: ModelRef, port: int, config: ServeConfig) -> list[str]:
         raise NotImplementedError
 
-    def env(self, config: ServeConfig) -> dict[str, str]:
-        """Extra environment for the executor; never overrides what the user already set."""
+    def env(self, config: ServeConfig, model: ModelRef) -> dict[str, str]:
+        """Extra environment for the executor; serve never lets it override what the user set."""
         return {}
+
+    def rewrite_body(self, payload: dict) -> dict | None:
+        """The request body as this executor needs it, or None when it takes it unchanged."""
+        return None

@@ -10,6 +10,12 @@ from lemonade_onebit.config import EXECUTOR_OPTIONS, ServeConfig
 from lemonade_onebit.errors import RunError
 
 
+def explicit_executor(launcher: Launcher, config: ServeConfig) -> bool:
+    """Whether the user named the executor (flag or environment) rather than leaving it to us."""
+    info = launcher.info
+    return bool(getattr(config, info.executor_option) or os.environ.get(info.executor_env))
+
+
 def resolve_executor(launcher: Launcher, config: ServeConfig) -> str:
     info = launcher.info
     flag = EXECUTOR_OPTIONS[info.executor_option]

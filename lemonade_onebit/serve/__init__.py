@@ -13,8 +13,8 @@ import aiohttp
 from aiohttp import web
 
 from lemonade_onebit.backends import launchers
-from lemonade_onebit.backends.executors import resolve_executor
-from lemonade_onebit.config import ServeConfig
+from lemonade_onebit.backends.executors import explicit_executor, resolve_executor
+from lemonade_onebit.config import EXECUTOR_OPTIONS, ServeConfig
 from lemonade_onebit.errors import RunError
 from lemonade_onebit.modelref import resolve_model
 from lemonade_onebit.route import check_route, choose_launcher
@@ -46,6 +46,15 @@ def run(config: ServeConfig) -> int:
     launcher_cls, why = choose_launcher(model.kind, config.device, launchers())
     check_route(config, launcher_cls)
     launcher = launcher_cls()
+    if config.device != "auto" and not launcher.available():
+        if not explicit_executor(launcher, config):
+            raise RunError(
+                f"--device {config.device}: this machine has no "
+                f"{' or '.join(launcher.info.needs)} (`1bit devices` lists what it has); "
+                f"name an executor with {EXECUTOR_OPTIONS[launcher.info.executor_option]} to "
+                "run it anyway"
+            )
+        log(f"no {' or '.join(launcher.info.needs)} detected; running the named executor anyway")
     executor = resolve_executor(launcher, config)
     if config.device == "auto":
         log(why)
@@ -53,16 +62,17 @@ def run(config: ServeConfig) -> int:
 
     port = free_port()
     upstream_key = os.environ.get("LLAMA_API_KEY") or secrets.token_urlsafe(24)
-    env = merged_env(launcher.env(config))
+    argv = launcher.argv(executor, model, port, config)
+    env = merged_env(launcher.env(config, model))
     if launcher.info.llama_server_api:
         env["LLAMA_API_KEY"] = upstream_key  # the private port answers only to serve
     spec = ExecutorSpec(
-        argv=launcher.argv(executor, model, port, config),
+        argv=argv,
         env=env,
         port=port,
         readiness=launcher.info.readiness,
     )
-    return _run_loop(_serve(config, launcher.info, spec, model.served_id, upstream_key))
+    return _run_loop(_serve(config, launcher, spec, model.served_id, upstream_key))
 
 
 def _run_loop(main) -> int:
@@ -73,7 +83,7 @@ def _run_loop(main) -> int:
     return uvloop.run(main)
 
 
-async def _serve(config, info, spec, served_id, upstream_key) -> int:
+async def _serve(config, launcher, spec, served_id, upstream_key) -> int:
     supervisor = Supervisor(spec, config.load_timeout)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=config.executor_timeout)
     # llama-server closes idle keep-alive connections after 5 s; drop ours well before that.
@@ -81,7 +91,7 @@ async def _serve(config, info, spec, served_id, upstream_key) -> int:
     async with aiohttp.ClientSession(
         connector=connector, timeout=timeout, auto_decompress=False
     ) as session:
-        front = ServeApp(config, info, supervisor, served_id, upstream_key, session)
+        front = ServeApp(config, launcher, supervisor, served_id, upstream_key, session)
         runner = web.AppRunner(front.make_app(), access_log=None, handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, config.host, config.port, reuse_address=True)

@@ -15,7 +15,7 @@ import time
 import aiohttp
 from aiohttp import web
 
-from lemonade_onebit.backends.base import LauncherInfo
+from lemonade_onebit.backends.base import Launcher
 from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.serve.errors import error_event, error_response
 from lemonade_onebit.serve.relay import StreamRelay, UpstreamError
@@ -55,14 +55,15 @@ class ServeApp:
     def __init__(
         self,
         config: ServeConfig,
-        info: LauncherInfo,
+        launcher: Launcher,
         supervisor: Supervisor,
         served_id: str,
         upstream_key: str,
         session: aiohttp.ClientSession,
     ) -> None:
         self.config = config
-        self.info = info
+        self.info = launcher.info
+        self.launcher = launcher
         self.supervisor = supervisor
         self.served_id = served_id
         self.session = session
@@ -177,6 +178,9 @@ class ServeApp:
         busy = self._not_ready()
         if busy is not None:
             return busy
+        rewritten = self.launcher.rewrite_body(payload)
+        if rewritten is not None:
+            body = json.dumps(rewritten).encode()
         if payload.get("stream") is True:
             return await self._relay_stream(request, upstream_path, body)
         url = self.supervisor.base_url + upstream_path

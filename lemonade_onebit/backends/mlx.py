@@ -1,0 +1,57 @@
+"""MLX: `lemon-mlx-server`, or `mlx_lm.server` where that is what is installed.
+
+`mlx_lm.server` answers only for the model id `default_model` (another id makes it try a Hub
+download), and without an existing HF cache folder its `/v1/models` is empty: both are handled here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from lemonade_onebit.backends.base import Launcher, LauncherInfo
+from lemonade_onebit.config import ServeConfig
+from lemonade_onebit.modelref import ModelRef
+
+MLX_LM_SERVER = "mlx_lm.server"
+
+
+class MlxLauncher(Launcher):
+    info = LauncherInfo(
+        name="mlx", device="mlx", model_kinds=frozenset({"mlx", "hf-id"}), auto_rank=20,
+        executor="lemon-mlx-server", executor_option="mlx_server",
+        executor_env="LEMONADE_MLX_SERVER", needs=("apple-silicon",),
+    )
+
+    def __init__(self) -> None:
+        self.model_id: str | None = None
+
+    def available(self) -> bool:
+        import importlib.util
+
+        return super().available() or importlib.util.find_spec("mlx") is not None
+
+    def installed_executor(self) -> str | None:
+        script = Path(sys.executable).parent / MLX_LM_SERVER
+        return str(script) if script.is_file() else None
+
+    def argv(self, executor: str, model: ModelRef, port: int, config: ServeConfig) -> list[str]:
+        source = str(model.path) if model.kind == "mlx" else model.source
+        self.model_id = "default_model" if Path(executor).name == MLX_LM_SERVER else source
+        return [executor, "--model", source, "--host", "127.0.0.1", "--port", str(port),
+                *config.extra_args]
+
+    def env(self, config: ServeConfig, model: ModelRef) -> dict[str, str]:
+        cache = os.environ.get("HF_HUB_CACHE") or str(Path(tempfile.gettempdir()) / "onebit-hf-cache")
+        Path(cache).mkdir(parents=True, exist_ok=True)
+        extra = {"HF_HUB_CACHE": cache}
+        if model.kind == "mlx":  # a local folder: never reach for the Hub
+            extra["HF_HUB_OFFLINE"] = "1"
+        return extra
+
+    def rewrite_body(self, payload: dict) -> dict | None:
+        if self.model_id is None or payload.get("model") == self.model_id:
+            return None
+        return {**payload, "model": self.model_id}
