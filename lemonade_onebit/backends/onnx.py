@@ -1,7 +1,12 @@
-"""ONNX Runtime GenAI folders (`genai_config.json`): `ryzenai-server` upstream, or any server with
-its command line (`-m DIR --port P [--ctx-size N]`) named by `--onnx-server`."""
+"""ONNX Runtime GenAI folders (`genai_config.json`): `ryzenai-server` where it is installed, else
+this package's own `onebit-onnx-server` (same command line: `-m DIR --port P [--ctx-size N]`)."""
 
 from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
 
 from lemonade_onebit.backends.base import Launcher, LauncherInfo
 from lemonade_onebit.config import ServeConfig
@@ -23,6 +28,15 @@ class OnnxLauncher(Launcher):
             "mmproj": "ONNX GenAI folders carry their own vision model",
         },
     )
+
+    def installed_executor(self) -> str | None:
+        """`ryzenai-server` on PATH first (the upstream server); else ours, if the runtime is here."""
+        if shutil.which(self.info.executor):
+            return None  # found by the PATH step of the lookup
+        ours = Path(sys.executable).parent / "onebit-onnx-server"
+        if ours.is_file() and importlib.util.find_spec("onnxruntime_genai") is not None:
+            return str(ours)
+        return None
 
     def argv(self, executor: str, model: ModelRef, port: int, config: ServeConfig) -> list[str]:
         argv = [executor, "-m", str(model.path), "--port", str(port)]
