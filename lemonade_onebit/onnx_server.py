@@ -28,6 +28,7 @@ class Job:
     temperature: float
     top_p: float
     stop: list[str]
+    ignore_eos: bool = False  # llama-server's extension: always generate max_tokens
     cancelled: threading.Event = field(default_factory=threading.Event)
 
 
@@ -71,6 +72,8 @@ class Engine:
         params = og.GeneratorParams(self.model)
         greedy = job.temperature <= 0
         options = {"max_length": len(job.prompt_ids) + budget, "do_sample": not greedy}
+        if job.ignore_eos:
+            options["min_length"] = options["max_length"]
         if not greedy:
             options.update(temperature=job.temperature, top_p=job.top_p)
         params.set_search_options(**options)
@@ -221,7 +224,7 @@ class OnnxServer:
         stop = [stop] if isinstance(stop, str) else list(stop)
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 256
         return Job(ids, int(max_tokens), float(body.get("temperature", 0.8)),
-                   float(body.get("top_p", 0.95)), stop)
+                   float(body.get("top_p", 0.95)), stop, bool(body.get("ignore_eos", False)))
 
     async def _stream(self, request, job, chat, kind, rid, created, include_usage):
         loop = asyncio.get_running_loop()
