@@ -2,7 +2,8 @@
 
     python scripts/make_fixtures.py OUT_DIR [--shape tiny|smollm2-135m] [--precision fp32|int4]
 
-Writes OUT_DIR/onnx-<shape>: an ONNX Runtime GenAI folder of a llama with random weights (seed 0)
+Writes OUT_DIR/onnx-<shape> (and, for `tiny`, OUT_DIR/mlx-tiny, the same weights as an MLX
+folder): an ONNX Runtime GenAI folder of a llama with random weights (seed 0)
 and SmolLM2's tokenizer and chat template, taken from the embedded SmolLM2 GGUF. `tiny` (2 layers,
 committed as tests/fixtures/onnx-tiny) is for tests; `smollm2-135m` has SmolLM2-135M's shape, for
 speed measurements (speed does not depend on what the weights learned). Made in a
@@ -52,6 +53,11 @@ def main() -> int:
             initializer_range=1.0 if args.shape == "tiny" else 0.02,  # tiny: varied text
         )
         LlamaForCausalLM(config).save_pretrained(hf, safe_serialization=True)
+        if args.shape == "tiny":  # the same model as an MLX folder: HF safetensors, float16
+            mlx = out / "mlx-tiny"
+            tok.save_pretrained(mlx)
+            LlamaForCausalLM.from_pretrained(hf, dtype=torch.float16).save_pretrained(
+                mlx, safe_serialization=True)
         subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
                         "-o", str(target), "-p", args.precision, "-e", "cpu",
                         "-c", str(Path(tmp) / "cache")], check=True)
