@@ -16,6 +16,7 @@ from lemonade_onebit.backends.llamacpp import (
     CudaLauncher, HrxLauncher, RocmLauncher, VulkanLauncher,
 )
 from lemonade_onebit.backends.mlx import MlxLauncher
+from lemonade_onebit.backends.npu import NpuLauncher
 from lemonade_onebit.backends.onnx import OnnxLauncher
 from lemonade_onebit.backends.zinc import ZincLauncher
 from lemonade_onebit.config import ServeConfig
@@ -96,12 +97,26 @@ def test_onnx_argv():
                                          "--ctx-size", "1024"]
 
 
+def test_npu_argv_readiness_and_lookup(monkeypatch, tmp_path):
+    folder = ModelRef("npu", Path("/m/qwen-npu"), "qwen-npu")
+    assert NpuLauncher().argv("/n/onebit-npu-server", folder, 9, ServeConfig(model="q")) == [
+        "/n/onebit-npu-server", "-m", "/m/qwen-npu", *BASE]
+    assert NpuLauncher.info.readiness == "/v1/health"
+    from lemonade_onebit.backends.executors import resolve_executor
+    from lemonade_onebit.errors import RunError
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RunError, match=r"set \$ONEBIT_NPU_SERVER"):
+        resolve_executor(NpuLauncher(), ServeConfig(model="q"))
+
+
 @pytest.mark.parametrize(
     ("launcher", "option", "value"),
     [(OnnxLauncher, "parallel", 2), (OnnxLauncher, "mtp", "/h"), (OnnxLauncher, "dflash", "/d"),
      (OnnxLauncher, "lean", True), (OnnxLauncher, "mmproj", "/p"),
      (Ds4Launcher, "parallel", 2), (Ds4Launcher, "mtp", "/h"),
-     (CudaLauncher, "lean", True), (ZincLauncher, "parallel", 2), (MlxLauncher, "ctx_size", 9)],
+     (CudaLauncher, "lean", True), (ZincLauncher, "parallel", 2), (MlxLauncher, "ctx_size", 9),
+     (NpuLauncher, "parallel", 2), (NpuLauncher, "llama_server", "/x")],
 )
 def test_routes_refuse_what_they_cannot_honour(launcher, option, value):
     found = refusals(ServeConfig(model="m", **{option: value}), launcher)
@@ -177,4 +192,8 @@ def test_devices_json_reports_cpu_and_its_executor(llama_server):
     cpu = next(r for r in report["routes"] if r["device"] == "cpu")
     assert cpu["available"] and cpu["executor"] == llama_server
     assert not any(r["available"] for r in report["routes"]
-                   if r["device"] in ("cuda", "vulkan", "rocm", "hrx", "zinc", "mlx"))
+                   if r["device"] in ("cuda", "vulkan", "rocm", "hrx", "zinc", "npu"))
+    mlx = next(r for r in report["routes"] if r["device"] == "mlx")
+    assert mlx["available"] and mlx["executor"].endswith("mlx_lm.server")  # MLX's CPU build
+    onnx = next(r for r in report["routes"] if r["device"] == "onnx")
+    assert onnx["available"] and onnx["executor"].endswith("onebit-onnx-server")

@@ -19,7 +19,7 @@ class LauncherInfo:
     device: str
     model_kinds: frozenset[str]
     executor: str  # program name looked up on PATH
-    executor_option: str  # ServeConfig field holding the --<executor> path
+    executor_option: str | None  # ServeConfig field of its --<executor> path flag, if it has one
     executor_env: str  # environment variable naming the executor
     readiness: str = "/health"
     options: frozenset[str] = frozenset()  # ROUTE_OPTIONS fields this route honours

@@ -10,19 +10,31 @@ from lemonade_onebit.config import EXECUTOR_OPTIONS, ServeConfig
 from lemonade_onebit.errors import RunError
 
 
+def _named(launcher: Launcher, config: ServeConfig) -> list[tuple[str, str | None]]:
+    """The user's own choices, in lookup order: the command-line path, then the environment."""
+    info = launcher.info
+    named = []
+    if info.executor_option:
+        named.append((EXECUTOR_OPTIONS[info.executor_option], getattr(config, info.executor_option)))
+    named.append((f"${info.executor_env}", os.environ.get(info.executor_env)))
+    return named
+
+
+def executor_hint(launcher: Launcher) -> str:
+    info = launcher.info
+    if info.executor_option:
+        return f"pass {EXECUTOR_OPTIONS[info.executor_option]} PATH or set ${info.executor_env}"
+    return f"set ${info.executor_env}"
+
+
 def explicit_executor(launcher: Launcher, config: ServeConfig) -> bool:
     """Whether the user named the executor (flag or environment) rather than leaving it to us."""
-    info = launcher.info
-    return bool(getattr(config, info.executor_option) or os.environ.get(info.executor_env))
+    return any(value for _, value in _named(launcher, config))
 
 
 def resolve_executor(launcher: Launcher, config: ServeConfig) -> str:
     info = launcher.info
-    flag = EXECUTOR_OPTIONS[info.executor_option]
-    candidates = (
-        (flag, getattr(config, info.executor_option)),
-        (f"${info.executor_env}", os.environ.get(info.executor_env)),
-    )
+    candidates = _named(launcher, config)
     for origin, value in candidates:
         if value:
             if not (os.path.isfile(value) and os.access(value, os.X_OK)):
@@ -35,6 +47,6 @@ def resolve_executor(launcher: Launcher, config: ServeConfig) -> str:
     if on_path:
         return on_path
     raise RunError(
-        f"no {info.executor} found for the {info.device} route: pass {flag} PATH, "
-        f"set ${info.executor_env}, or run `make setup` to install it"
+        f"no {info.executor} found for the {info.device} route: {executor_hint(launcher)}, "
+        "or run `make setup` to install it"
     )

@@ -13,8 +13,10 @@ import aiohttp
 from aiohttp import web
 
 from lemonade_onebit.backends import launchers
-from lemonade_onebit.backends.executors import explicit_executor, resolve_executor
-from lemonade_onebit.config import EXECUTOR_OPTIONS, ServeConfig
+from lemonade_onebit.backends.executors import (
+    executor_hint, explicit_executor, resolve_executor,
+)
+from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.errors import RunError
 from lemonade_onebit.modelref import resolve_model
 from lemonade_onebit.route import check_route, choose_launcher
@@ -51,8 +53,7 @@ def run(config: ServeConfig) -> int:
             raise RunError(
                 f"--device {config.device}: this machine has no "
                 f"{' or '.join(launcher.info.needs)} (`1bit devices` lists what it has); "
-                f"name an executor with {EXECUTOR_OPTIONS[launcher.info.executor_option]} to "
-                "run it anyway"
+                f"to run it anyway, {executor_hint(launcher)}"
             )
         log(f"no {' or '.join(launcher.info.needs)} detected; running the named executor anyway")
     executor = resolve_executor(launcher, config)
