@@ -48,7 +48,7 @@ def resolve_model(spec: str, alias: str | None = None) -> ModelRef:
     if path.exists():
         kind = detect_kind(path)
         served = alias or (path.stem if path.is_file() else path.resolve().name)
-        return ModelRef(kind, path.resolve(), served, spec)
+        return ModelRef(kind, path.absolute(), served, spec)  # keep symlinked names (HF cache)
     entry = find_entry(spec)
     if entry is not None:
         file = local_file(entry)

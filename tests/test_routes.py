@@ -197,3 +197,71 @@ def test_devices_json_reports_cpu_and_its_executor(llama_server):
     assert mlx["available"] and mlx["executor"].endswith("mlx_lm.server")  # MLX's CPU build
     onnx = next(r for r in report["routes"] if r["device"] == "onnx")
     assert onnx["available"] and onnx["executor"].endswith("onebit-onnx-server")
+
+
+def test_npu_folder_end_to_end_through_standin(start_serve, tmp_path):
+    folder = tmp_path / "qwen-npu"
+    (folder / "npu").mkdir(parents=True)
+    (folder / "model.q4nx").write_bytes(b"q4nx")
+    serve = start_serve("-m", str(folder), "--device", "npu", "-c", "1024",
+                        env={"ONEBIT_NPU_SERVER": _standin(tmp_path, "npu")}).wait_ready()
+    status, raw = http("POST", serve.url + "/v1/chat/completions",
+                       {"messages": [{"role": "user", "content": "hi"}]})
+    assert status == 200 and json.loads(raw)["model"] == "qwen-npu"
+    seen = json.loads(json.loads(raw)["system_fingerprint"])
+    assert seen["argv"][seen["argv"].index("--ctx-size") + 1] == "1024"
+
+
+def _recording_llama_server(tmp_path: Path, real: str) -> tuple[str, Path]:
+    """The real llama-server behind a wrapper that records the argv and environment a GPU route
+    gives it, then drops the GPU device flags so the CPU build can serve the request."""
+    record = tmp_path / "record.json"
+    script = tmp_path / "gpu-llama-server"
+    script.write_text(f"""#!{sys.executable}
+import json, os, sys
+argv = sys.argv[1:]
+json.dump({{"argv": argv, "env": {{k: os.environ.get(k) for k in
+           ("IREE_HAL_AMDGPU_LIBHSA_PATH", "GGML_W4A4_TENSORS")}}}}, open("{record}", "w"))
+out = []
+skip = 0
+for i, a in enumerate(argv):
+    if skip:
+        skip -= 1
+        continue
+    if a == "--device":
+        skip = 1
+        continue
+    if a == "-ngl":
+        out += ["-ngl", "0"]
+        skip = 1
+        continue
+    out.append(a)
+os.execv("{real}", ["{real}", *out])
+""")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script), record
+
+
+@pytest.mark.parametrize(
+    ("device", "args", "device_flag", "env"),
+    [
+        ("hrx", ["--hrx-libhsa", "/opt/rocm/lib/libhsa-runtime64.so"], "HRX0",
+         {"IREE_HAL_AMDGPU_LIBHSA_PATH": "/opt/rocm/lib/libhsa-runtime64.so"}),
+        ("rocm", ["--lean"], "ROCm0", {"GGML_W4A4_TENSORS": "all"}),
+        ("vulkan", [], "Vulkan0", {}),
+    ],
+)
+def test_gpu_llama_server_routes_end_to_end(start_serve, tmp_path, smollm2, llama_server,
+                                            device, args, device_flag, env):
+    model = tmp_path / "SmolLM2-H32.gguf"  # an H32 name: the lean route sets W4A4 for it
+    model.symlink_to(smollm2)
+    wrapper, record = _recording_llama_server(tmp_path, llama_server)
+    serve = start_serve("-m", str(model), "--device", device, "--llama-server", wrapper,
+                        *args).wait_ready()
+    status, raw = http("POST", serve.url + "/v1/chat/completions",
+                       {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    assert status == 200
+    seen = json.loads(record.read_text())
+    assert seen["argv"][seen["argv"].index("--device") + 1] == device_flag
+    assert seen["argv"][seen["argv"].index("-ngl") + 1] == "99"
+    assert {k: v for k, v in seen["env"].items() if v} == env

@@ -2,9 +2,10 @@
 
     executor.py zinc  -m MODEL -p PORT [-c N]                      stands for ZINC's `zinc`
     executor.py ds4   -m MODEL --host H --port P [--ctx N]         stands for `ds4-server`
+    executor.py npu   -m DIR --host H --port P [--ctx-size N]      stands for the NPU lane server
 
 zinc answers `/health` and rejects any request body that carries `model` (as ZINC does); ds4-server
-has no `/health` and is ready once `/v1/models` answers. Both answer chat completions, streamed or
+has no `/health` and is ready once `/v1/models` answers; the NPU lane answers `/v1/health`. Both answer chat completions, streamed or
 not, and report the argv and the environment variables the launcher must set, so tests can check
 them end to end.
 """
@@ -30,7 +31,7 @@ def main() -> None:
     else:
         parser.add_argument("--host", required=True)
         parser.add_argument("--port", type=int, required=True)
-        parser.add_argument("--ctx", type=int)
+        parser.add_argument("--ctx-size" if flavour == "npu" else "--ctx", type=int)
     args = parser.parse_args(rest)
     port = args.p if flavour == "zinc" else args.port
     seen = {"argv": sys.argv[1:], "RADV_PERFTEST": os.environ.get("RADV_PERFTEST")}
@@ -74,6 +75,8 @@ def main() -> None:
     app.router.add_get("/v1/models", models)
     if flavour == "zinc":
         app.router.add_get("/health", lambda _: web.json_response({"status": "ok"}))
+    if flavour == "npu":
+        app.router.add_get("/v1/health", lambda _: web.json_response({"status": "ok"}))
     print(f"{flavour} stand-in listening on {port}", flush=True)
     web.run_app(app, host="127.0.0.1", port=port, print=None, handle_signals=True)
 
