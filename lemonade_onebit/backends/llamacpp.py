@@ -93,24 +93,25 @@ class CudaLauncher(LlamaServerLauncher):
     backend = "cuda"
 
 
-class VulkanLauncher(LlamaServerLauncher):
+class LeanCapableLauncher(LlamaServerLauncher):
+    """A route whose ROCmFPX build also serves `--lean` files (ROCmFP4/ROCmI4/H32)."""
+
+    def env(self, config: ServeConfig, model: ModelRef) -> dict[str, str]:
+        return lean_env(config, model)
+
+
+class VulkanLauncher(LeanCapableLauncher):
     info = _info("vulkan", auto_rank=40, needs=("vulkan", "amd-gpu"),
                  options=LLAMA_SERVER_OPTIONS | {"lean"}, refusals={})
     device_args = ("--device", "Vulkan0", "-ngl", "99")
     backend = "vulkan"
 
-    def env(self, config: ServeConfig, model: ModelRef) -> dict[str, str]:
-        return lean_env(config, model)
 
-
-class RocmLauncher(LlamaServerLauncher):
+class RocmLauncher(LeanCapableLauncher):
     info = _info("rocm", auto_rank=30, needs=("amd-gpu",),
                  options=LLAMA_SERVER_OPTIONS | {"lean"}, refusals={})
     device_args = ("--device", "ROCm0", "-ngl", "99")
     backend = "rocm"
-
-    def env(self, config: ServeConfig, model: ModelRef) -> dict[str, str]:
-        return lean_env(config, model)
 
 
 class HrxLauncher(LlamaServerLauncher):
