@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from lemonade_onebit.backends.base import Launcher
 from lemonade_onebit.config import EXECUTOR_OPTIONS, ROUTE_OPTIONS, ServeConfig
 from lemonade_onebit.errors import UsageError
@@ -12,6 +14,19 @@ NOT_YET = {
     "route_policy": "--route-policy: the Laya router is not available in this version",
     "recipes": "--recipes: recipe files are not available in this version",
 }
+
+
+def stamp_route(config: ServeConfig, stamp: int | None) -> tuple[ServeConfig, str | None]:
+    """A Hadamard-stamped Q4_0 file runs only on the lean ROCm route: force it, or refuse."""
+    if stamp is None:
+        return config, None
+    if config.device not in ("auto", "rocm"):
+        raise UsageError(
+            f"this file is stamped onebit.hadamard_q4_0={stamp}: it runs only on "
+            f"--device rocm --lean, not --device {config.device}"
+        )
+    why = f"onebit.hadamard_q4_0={stamp} stamp: rocm --lean"
+    return replace(config, device="rocm", lean=True), why
 
 
 def choose_launcher(

@@ -19,9 +19,19 @@ from lemonade_onebit.backends.executors import (
 from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.errors import RunError
 from lemonade_onebit.modelref import resolve_model
-from lemonade_onebit.route import check_route, choose_launcher
+from lemonade_onebit.route import check_route, choose_launcher, stamp_route
 from lemonade_onebit.serve.app import ServeApp
 from lemonade_onebit.serve.supervisor import ExecutorSpec, Supervisor
+
+
+def gguf_facts(path):
+    """The file's route facts, or None when it cannot be read: the executor then reports why."""
+    from lemonade_onebit.ggufmeta import read_facts
+
+    try:
+        return read_facts(path)
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
 
 
 def log(message: str) -> None:
@@ -45,6 +55,11 @@ def merged_env(extra: dict[str, str]) -> dict[str, str]:
 def run(config: ServeConfig) -> int:
     """Validate everything that can be validated before starting anything, then serve."""
     model = resolve_model(config.model, config.alias)
+    if model.kind == "gguf":
+        facts = gguf_facts(model.path)
+        config, forced = stamp_route(config, facts.hadamard_q4_0 if facts else None)
+        if forced:
+            log(forced)
     launcher_cls, why = choose_launcher(model.kind, config.device, launchers())
     check_route(config, launcher_cls)
     launcher = launcher_cls()
