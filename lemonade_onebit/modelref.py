@@ -9,7 +9,6 @@ from pathlib import Path
 from lemonade_onebit.catalog.entries import find_entry, install_hint, local_file
 from lemonade_onebit.errors import RunError
 
-GGUF_MAGIC = b"GGUF"
 
 
 HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
