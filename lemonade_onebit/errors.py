@@ -7,3 +7,7 @@ class UsageError(Exception):
 
 class RunError(Exception):
     """The command could not do its work; the CLI prints the one-line reason and exits 1."""
+
+
+class RecipeError(Exception):
+    """A recipe file that cannot be used: names the file, the recipe and the reason."""

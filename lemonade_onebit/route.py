@@ -12,7 +12,6 @@ from lemonade_onebit.errors import UsageError
 NOT_YET = {
     "laya": "--laya: the Laya router is not available in this version",
     "route_policy": "--route-policy: the Laya router is not available in this version",
-    "recipes": "--recipes: recipe files are not available in this version",
 }
 
 
@@ -66,6 +65,8 @@ def refusals(config: ServeConfig, launcher: type[Launcher]) -> list[str]:
     for name in ("mtp_max", "mtp_p_min"):
         if config.given(name) and not (config.mtp or config.dflash):
             out.append(f"{ROUTE_OPTIONS[name]} needs --mtp or --dflash")
+    if config.recipes and config.no_recipes:
+        out.append("--recipes and --no-recipes: pick one")
     if config.embedding and config.reranking:
         out.append("--embedding and --reranking: pick one")
     for name, flag in ROUTE_OPTIONS.items():

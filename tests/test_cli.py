@@ -50,6 +50,7 @@ def test_unknown_option_is_usage_error():
     [
         (["--mtp", "h.gguf", "--dflash", "d.gguf"], "--mtp and --dflash: pick one"),
         (["--embedding", "--reranking"], "--embedding and --reranking: pick one"),
+        (["--recipes", "r.json", "--no-recipes"], "--recipes and --no-recipes: pick one"),
         (["--device", "onnx"], "--device onnx cannot serve a gguf model"),
         (["--device", "mlx"], "--device mlx cannot serve a gguf model"),
         (["--lean"], "--lean: --lean needs a ROCmFPX build"),
@@ -58,7 +59,6 @@ def test_unknown_option_is_usage_error():
         (["--mtp-max", "4"], "--mtp-max needs --mtp or --dflash"),
         (["--laya"], "--laya: the Laya router is not available in this version"),
         (["--route-policy", "p.json"], "--route-policy: the Laya router is not available"),
-        (["--recipes", "r.json"], "--recipes: recipe files are not available in this version"),
     ],
 )
 def test_options_the_route_cannot_honour_are_refused(smollm2, args, message):

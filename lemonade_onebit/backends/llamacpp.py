@@ -16,6 +16,13 @@ LLAMA_SERVER_OPTIONS = frozenset(
 )
 NO_LEAN = "--lean needs a ROCmFPX build (--device vulkan or rocm)"
 
+# llama-server's other spellings of one flag, so a recipe never adds a flag the user already gave.
+LLAMA_FLAG_ALIASES = {
+    "--threads": "-t", "--ctx-size": "-c", "--flash-attn": "-fa", "--parallel": "-np",
+    "--batch-size": "-b", "--ubatch-size": "-ub", "--n-gpu-layers": "-ngl",
+    "--gpu-layers": "-ngl", "--repack": "-nr", "--no-repack": "-nr", "--threads-batch": "-tb",
+}
+
 
 def llama_server_argv(
     executor: str, model: ModelRef, port: int, config: ServeConfig, device_args: list[str]

@@ -8,6 +8,7 @@ import secrets
 import signal
 import socket
 import sys
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -17,7 +18,7 @@ from lemonade_onebit.backends.executors import (
     executor_hint, explicit_executor, resolve_executor,
 )
 from lemonade_onebit.config import ServeConfig
-from lemonade_onebit.errors import RunError
+from lemonade_onebit.errors import RecipeError, RunError, UsageError
 from lemonade_onebit.modelref import resolve_model
 from lemonade_onebit.route import check_route, choose_launcher, stamp_route
 from lemonade_onebit.serve.app import ServeApp
@@ -32,6 +33,36 @@ def gguf_facts(path):
         return read_facts(path)
     except (OSError, ValueError, KeyError, IndexError):
         return None
+
+
+def apply_recipes_to(config, device, facts, argv, env):
+    """The recipe set (shipped + plugins, `--recipes FILE` instead, none with `--no-recipes`)
+    applied to a llama-server argv and env; a malformed file stops serve with its reason."""
+    from lemonade_onebit.recipes import load_recipes, recipe_files
+
+    if config.no_recipes:
+        return argv, env
+    files = [Path(config.recipes)] if config.recipes else recipe_files()
+    try:
+        recipes = load_recipes(files)
+    except RecipeError as exc:
+        raise (UsageError if config.recipes else RunError)(str(exc)) from None
+    if not recipes:
+        return argv, env
+    from lemonade_onebit.backends.llamacpp import LLAMA_FLAG_ALIASES
+    from lemonade_onebit.recipes.match import Target, apply_recipes
+
+    target = Target(
+        device=device,
+        architecture=facts.architecture if facts else None,
+        moe=bool(facts and facts.moe),
+        drafter="mtp" if config.mtp else "dflash" if config.dflash else "none",
+        hadamard_q4_0=bool(facts and facts.hadamard_q4_0 is not None),
+    )
+    argv, env, applied = apply_recipes(recipes, target, argv, env, LLAMA_FLAG_ALIASES)
+    for item in applied:
+        log(f"recipe {item.recipe}: {item.describe()}")
+    return argv, env
 
 
 def log(message: str) -> None:
@@ -55,6 +86,7 @@ def merged_env(extra: dict[str, str]) -> dict[str, str]:
 def run(config: ServeConfig) -> int:
     """Validate everything that can be validated before starting anything, then serve."""
     model = resolve_model(config.model, config.alias)
+    facts = None
     if model.kind == "gguf":
         facts = gguf_facts(model.path)
         config, forced = stamp_route(config, facts.hadamard_q4_0 if facts else None)
@@ -80,6 +112,8 @@ def run(config: ServeConfig) -> int:
     upstream_key = os.environ.get("LLAMA_API_KEY") or secrets.token_urlsafe(24)
     argv = launcher.argv(executor, model, port, config)
     env = merged_env(launcher.env(config, model))
+    if launcher.info.llama_server_api:
+        argv, env = apply_recipes_to(config, launcher.info.device, facts, argv, env)
     if launcher.info.llama_server_api:
         env["LLAMA_API_KEY"] = upstream_key  # the private port answers only to serve
     spec = ExecutorSpec(

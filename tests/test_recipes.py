@@ -1,0 +1,121 @@
+"""Recipes: the schema's rules, matching and application as pure functions, and serve applying a
+recipe file to the real llama-server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import ONEBIT
+from lemonade_onebit.backends.llamacpp import LLAMA_FLAG_ALIASES
+from lemonade_onebit.errors import RecipeError
+from lemonade_onebit.recipes import load_recipes, recipe_files
+from lemonade_onebit.recipes.match import Target, apply_recipes, matches
+from lemonade_onebit.recipes.schema import Recipe, load_recipe_file
+
+GOOD = {"id": "cpu-batch", "match": {"device": ["cpu"]}, "args": ["-b", "256"],
+        "why": "fewer stalls", "measured": "+3.1% prompt tok/s, SmolLM2, 5 rounds"}
+CPU_LLAMA = Target("cpu", "llama", False, "none", False)
+
+
+def _file(tmp_path, recipes) -> object:
+    path = tmp_path / "recipes.json"
+    path.write_text(json.dumps(recipes))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"colour": "red"}, "colour: Extra inputs are not permitted"),
+        ({"match": {"gpu": ["x"]}}, "match.gpu: Extra inputs are not permitted"),
+        ({"measured": None}, "measured"),
+        ({"args": ["256", "-b"]}, "args must start with a flag"),
+        ({"args": [], "env": {}}, "a recipe must add args or env"),
+        ({"match": {"drafter": "eagle"}}, "match.drafter"),
+    ],
+)
+def test_each_schema_rule_names_file_recipe_and_reason(tmp_path, change, reason):
+    recipe = {**GOOD, **change}
+    if change.get("measured", "x") is None:
+        del recipe["measured"]
+    path = _file(tmp_path, [recipe])
+    with pytest.raises(RecipeError) as err:
+        load_recipe_file(path)
+    message = str(err.value)
+    assert str(path) in message and "recipe cpu-batch" in message and reason in message
+
+
+def test_duplicate_ids_and_bad_json_are_errors(tmp_path):
+    with pytest.raises(RecipeError, match="recipe cpu-batch: duplicate id"):
+        load_recipe_file(_file(tmp_path, [GOOD, GOOD]))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    with pytest.raises(RecipeError, match="not JSON"):
+        load_recipe_file(bad)
+
+
+def test_matching_on_every_key():
+    recipe = Recipe.model_validate({**GOOD, "match": {"device": ["cpu"], "architecture": ["qwen3"],
+                                                      "moe": True, "drafter": "mtp",
+                                                      "hadamard_q4_0": False}})
+    assert matches(recipe, Target("cpu", "qwen3", True, "mtp", False))
+    assert not matches(recipe, Target("cuda", "qwen3", True, "mtp", False))
+    assert not matches(recipe, Target("cpu", "llama", True, "mtp", False))
+    assert not matches(recipe, Target("cpu", "qwen3", False, "mtp", False))
+    assert not matches(recipe, Target("cpu", "qwen3", True, "none", False))
+    assert not matches(recipe, Target("cpu", "qwen3", True, "mtp", True))
+
+
+def test_narrow_before_broad_user_flags_win_and_env_is_not_overridden():
+    narrow = Recipe.model_validate({**GOOD, "id": "llama-threads",
+                                    "match": {"architecture": ["llama"]}, "args": ["-t", "2"],
+                                    "env": {"OMP_WAIT_POLICY": "PASSIVE", "MINE": "recipe"}})
+    broad = Recipe.model_validate({**GOOD, "id": "any-threads", "match": {},
+                                   "args": ["--threads", "8", "-b", "128", "--no-repack"]})
+    argv, env, applied = apply_recipes(
+        [narrow, broad], CPU_LLAMA, ["llama-server", "--batch-size", "64"], {"MINE": "user"},
+        LLAMA_FLAG_ALIASES)
+    assert argv == ["llama-server", "--batch-size", "64", "-t", "2", "--no-repack"]
+    assert env == {"MINE": "user", "OMP_WAIT_POLICY": "PASSIVE"}
+    assert [a.recipe for a in applied] == ["llama-threads", "any-threads"]
+    assert applied[0].describe() == "-t 2, OMP_WAIT_POLICY=PASSIVE"
+
+
+def test_shipped_recipes_pass_the_validator():
+    from lemonade_onebit.recipes import SHIPPED
+
+    shipped = load_recipe_file(SHIPPED)
+    assert all(r.measured for r in shipped)
+    assert recipe_files()[0] == SHIPPED
+    assert load_recipes(recipe_files()) == shipped  # no plugin adds recipes here
+
+
+def test_serve_applies_a_recipe_file_to_llama_server(start_serve, tmp_path, smollm2):
+    path = _file(tmp_path, [GOOD, {**GOOD, "id": "cuda-only", "match": {"device": ["cuda"]},
+                                   "args": ["-ub", "64"]}])
+    serve = start_serve("-m", str(smollm2), "--recipes", str(path)).wait_ready()
+    child = serve.children()[0].cmdline()
+    assert child[child.index("-b") + 1] == "256"
+    assert "-ub" not in child
+    assert "1bit serve: recipe cpu-batch: -b 256" in serve.log()
+
+
+def test_user_flag_beats_the_recipe(start_serve, tmp_path, smollm2):
+    path = _file(tmp_path, [GOOD])
+    serve = start_serve("-m", str(smollm2), "--recipes", str(path), "--", "-b",
+                        "512").wait_ready()
+    child = serve.children()[0].cmdline()
+    assert child.count("-b") == 1 and child[child.index("-b") + 1] == "512"
+    assert "recipe cpu-batch" not in serve.log()
+
+
+def test_malformed_recipe_file_stops_serve(smollm2, tmp_path):
+    path = _file(tmp_path, [{**GOOD, "args": ["256"]}])
+    out = subprocess.run([ONEBIT, "serve", "-m", str(smollm2), "--recipes", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert f"{path}: recipe cpu-batch: args: Value error, args must start with a flag" in out.stderr
+    assert "Traceback" not in out.stderr
