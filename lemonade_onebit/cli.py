@@ -52,6 +52,22 @@ def build_parser() -> argparse.ArgumentParser:
     devices = sub.add_parser("devices", help="devices found and the executor of each route")
     devices.add_argument("--json", action="store_true", help="machine-readable output")
 
+    b = sub.add_parser(
+        "bench", help="A/B serve configurations on one model",
+        description="A/B `1bit serve` configurations: a fresh serve per config and round, "
+        "interleaved; prompt and decode tok/s from llama-server timings, best / median, with "
+        "the change against the first config.")
+    b.add_argument("-m", "--model", required=True)
+    b.add_argument("--config", action="append", required=True, metavar="NAME=ARGS",
+                   help="a config: `1bit serve` arguments (after `--`: executor flags); repeat")
+    b.add_argument("--rounds", type=_positive_int, default=3)
+    b.add_argument("--prompt-reps", type=_positive_int, default=5)
+    b.add_argument("--decode-reps", type=_positive_int, default=3)
+    b.add_argument("--decode-tokens", type=_positive_int, default=256)
+    b.add_argument("--json", metavar="F", help="write every sample to F")
+    b.add_argument("--lock", metavar="F", help="refuse to run while another bench holds F")
+    b.add_argument("--log-dir", metavar="DIR", help="serve logs, one per config and round")
+
     s = sub.add_parser(
         "serve",
         help="serve one model behind the OpenAI API",
@@ -128,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.command == "version":
             return _version(ns.pins)
+        if ns.command == "bench":
+            from lemonade_onebit.bench import run_bench
+
+            return run_bench(ns.model, ns.config, ns.rounds, ns.prompt_reps, ns.decode_reps,
+                             ns.decode_tokens, ns.json, ns.lock, ns.log_dir)
         if ns.command == "devices":
             from lemonade_onebit.report import devices_report
 
