@@ -69,19 +69,13 @@ def _post(url: str, body: dict, timeout: float = 600) -> dict:
         return json.loads(resp.read())
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ServeRun:
     """One fresh `1bit serve` for one config and round, its log in a file."""
 
     def __init__(self, model: str, config: Config, log: Path) -> None:
-        self.port = _free_port()
+        from lemonade_onebit.serve import free_port
+
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self._out = open(log, "wb")
