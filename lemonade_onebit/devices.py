@@ -100,9 +100,16 @@ def _run(argv: list[str]) -> str:
         return ""
 
 
+def _cpu_name() -> str:
+    for line in _read(SYS / "proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
 @lru_cache(maxsize=1)
 def detect() -> tuple[Device, ...]:
-    cpu = Device("cpu", platform.processor() or platform.machine(), {"cores": os.cpu_count()})
+    cpu = Device("cpu", _cpu_name(), {"cores": os.cpu_count()})
     return (*xdna_npus(), *amd_gpus(), *nvidia_gpus(), *vulkan_devices(), *apple_silicon(), cpu)
 
 

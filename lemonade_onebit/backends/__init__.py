@@ -6,9 +6,9 @@ Serve, `--device auto` and `1bit devices` read this registry; nothing else knows
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib.metadata import entry_points
 
 from lemonade_onebit.backends.base import Launcher, LauncherInfo
+from lemonade_onebit.plugins import group
 
 GROUP = "lemonade_onebit.launchers"
 
@@ -18,7 +18,7 @@ __all__ = ["GROUP", "Launcher", "LauncherInfo", "launchers", "launcher_for"]
 @lru_cache(maxsize=1)
 def launchers() -> tuple[type[Launcher], ...]:
     found = []
-    for ep in entry_points(group=GROUP):
+    for ep in group(GROUP):
         cls = ep.load()
         if not (isinstance(cls, type) and issubclass(cls, Launcher)):
             raise TypeError(f"entry point {ep.name} in {GROUP} is not a Launcher class: {ep.value}")

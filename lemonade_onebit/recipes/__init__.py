@@ -9,8 +9,9 @@ a recipe file). Validation (`schema.py`) and matching (`match.py`) are pure; ser
 from __future__ import annotations
 
 import json
-from importlib.metadata import entry_points
 from pathlib import Path
+
+from lemonade_onebit.plugins import group
 
 GROUP = "lemonade_onebit.recipes"
 SHIPPED = Path(__file__).with_name("shipped.json")
@@ -19,15 +20,13 @@ SHIPPED = Path(__file__).with_name("shipped.json")
 def recipe_files() -> list[Path]:
     """The shipped file, then every file other packages register, in that order."""
     files = [SHIPPED]
-    for ep in entry_points(group=GROUP):
+    for ep in group(GROUP):
         files.append(Path(ep.load()()))
     return files
 
 
 def load_recipes(files: list[Path]):
-    """Every recipe of `files`, validated; an empty file costs no validation at all."""
-    from lemonade_onebit.recipes.schema import load_recipe_file
-
+    """Every recipe of `files`, validated; an empty file costs no validation (nor pydantic)."""
     recipes = []
     for path in files:
         try:
@@ -35,5 +34,7 @@ def load_recipes(files: list[Path]):
                 continue
         except (OSError, ValueError):
             pass  # load_recipe_file says what is wrong with it
+        from lemonade_onebit.recipes.schema import load_recipe_file
+
         recipes += load_recipe_file(path)
     return recipes

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import signal
 import socket
 import sys
 from pathlib import Path
-
-import aiohttp
-from aiohttp import web
 
 from lemonade_onebit.backends import launchers
 from lemonade_onebit.backends.executors import (
@@ -21,7 +17,7 @@ from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.errors import RecipeError, RunError, UsageError
 from lemonade_onebit.modelref import resolve_model
 from lemonade_onebit.route import check_route, choose_launcher, stamp_route
-from lemonade_onebit.serve.app import ServeApp
+from lemonade_onebit.serve.process import terminate
 from lemonade_onebit.serve.supervisor import ExecutorSpec, Supervisor
 
 
@@ -122,10 +118,37 @@ def run(config: ServeConfig) -> int:
         port=port,
         readiness=launcher.info.readiness,
     )
-    return _run_loop(_serve(config, launcher, spec, model.served_id, upstream_key))
+    listener = listen(config.host, config.port)
+    # The executor starts now: the HTTP front is set up while it loads the model.
+    supervisor = Supervisor(spec, config.load_timeout)
+    supervisor.start()
+    try:
+        return _run_loop(_serve(config, launcher, supervisor, listener, model.served_id,
+                                upstream_key))
+    finally:
+        if supervisor.proc is not None and supervisor.proc.poll() is None:
+            terminate(supervisor.proc)
+        listener.close()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """Bind the public port before anything starts, so a taken port fails fast."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(1024)
+    except OSError as exc:
+        raise RunError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.setblocking(False)
+    return sock
 
 
 def _run_loop(main) -> int:
+    import asyncio
+
     try:
         import uvloop
     except ImportError:
@@ -133,8 +156,15 @@ def _run_loop(main) -> int:
     return uvloop.run(main)
 
 
-async def _serve(config, launcher, spec, served_id, upstream_key) -> int:
-    supervisor = Supervisor(spec, config.load_timeout)
+async def _serve(config, launcher, supervisor, listener, served_id, upstream_key) -> int:
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from lemonade_onebit.serve.app import ServeApp
+
+    supervisor.attach(asyncio.get_running_loop())
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=config.executor_timeout)
     # llama-server closes idle keep-alive connections after 5 s; drop ours well before that.
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=2)
@@ -144,19 +174,13 @@ async def _serve(config, launcher, spec, served_id, upstream_key) -> int:
         front = ServeApp(config, launcher, supervisor, served_id, upstream_key, session)
         runner = web.AppRunner(front.make_app(), access_log=None, handler_cancellation=True)
         await runner.setup()
-        site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise RunError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from exc
+        await web.SockSite(runner, listener).start()
 
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         try:
-            supervisor.start()
             load = asyncio.ensure_future(supervisor.wait_ready(session))
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait({load, stopped}, return_when=asyncio.FIRST_COMPLETED)

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
-
-import aiohttp
+from typing import TYPE_CHECKING
 
 from lemonade_onebit.errors import RunError
+
+if TYPE_CHECKING:
+    import asyncio
 from lemonade_onebit.serve.process import spawn, terminate
 
-READY_POLL_S = 0.05
+READY_POLL_S = 0.01
 LOG_TAIL_LINES = 20
 
 
@@ -39,8 +40,11 @@ class Supervisor:
         self.proc: subprocess.Popen | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self._last_output = time.monotonic()
-        self._exited = asyncio.Event()
+        self._exited = None  # an asyncio.Event, made when a loop is attached
         self.returncode: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._early_exit: int | None = None  # an exit seen before the event loop was attached
+        self._lock = threading.Lock()
 
     @property
     def base_url(self) -> str:
@@ -50,14 +54,27 @@ class Supervisor:
         return list(self._tail)
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
+        """Spawn the executor. No event loop is needed yet, so serve can start the executor
+        first and set up its HTTP front while the model loads."""
         try:
             self.proc = spawn(self.spec.argv, self.spec.env)
         except OSError as exc:
             raise RunError(f"cannot start {self.spec.argv[0]}: {exc.strerror}") from exc
-        threading.Thread(target=self._drain, args=(loop,), daemon=True).start()
+        threading.Thread(target=self._drain, daemon=True).start()
 
-    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """From now on the executor's exit is reported on `loop`. (asyncio is imported only
+        here and below: serve starts the executor before paying for it.)"""
+        import asyncio
+
+        self._exited = asyncio.Event()
+        with self._lock:
+            self._loop = loop
+            early = self._early_exit
+        if early is not None:
+            self._on_exit(early)
+
+    def _drain(self) -> None:
         """Relay the child's output to stderr, keep its last lines, then report its exit."""
         assert self.proc is not None and self.proc.stdout is not None
         out = sys.stderr
@@ -71,6 +88,11 @@ class Supervisor:
             except (OSError, ValueError):
                 pass
         rc = self.proc.wait()
+        with self._lock:
+            loop = self._loop
+            if loop is None:
+                self._early_exit = rc
+                return
         try:
             loop.call_soon_threadsafe(self._on_exit, rc)
         except RuntimeError:  # the loop is already closed: serve is exiting
@@ -94,8 +116,12 @@ class Supervisor:
                 return line.strip()
         return lines[-1].strip() if lines else ""
 
-    async def wait_ready(self, session: aiohttp.ClientSession) -> None:
+    async def wait_ready(self, session) -> None:
         """Poll readiness; fail at once on exit, or when the child stalls past the load timeout."""
+        import asyncio
+
+        import aiohttp
+
         url = self.base_url + self.spec.readiness
         probe = aiohttp.ClientTimeout(total=2)
         while True:
@@ -119,6 +145,8 @@ class Supervisor:
                 pass
 
     async def stop(self) -> None:
+        import asyncio
+
         if self.proc is None:
             return
         self.state = "stopping" if self.state != "failed" else self.state
