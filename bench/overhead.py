@@ -102,7 +102,9 @@ async def prompt_speed(session: aiohttp.ClientSession, url: str) -> float:
         return (await resp.json())["timings"]["prompt_per_second"]
 
 
-def wait_health(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+def wait_health(url: str, proc: subprocess.Popen, timeout: float = 120,
+                interval: float = 0.1) -> None:
+    """Poll `/health` until 200; stop at once if the process exits."""
     import urllib.request
 
     deadline = time.monotonic() + timeout
@@ -115,7 +117,7 @@ def wait_health(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
                     return
         except OSError:
             pass
-        time.sleep(0.1)
+        time.sleep(interval)
     raise SystemExit(f"{url} not ready in {timeout} s")
 
 

@@ -19,11 +19,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from lemonade_onebit.backends.llamacpp import CpuLauncher  # noqa: E402
 from lemonade_onebit.config import ServeConfig  # noqa: E402
 from lemonade_onebit.modelref import resolve_model  # noqa: E402
 from lemonade_onebit.serve import free_port  # noqa: E402
+from overhead import wait_health  # noqa: E402
 
 
 def start_to_first_token(argv: list[str], port: int) -> tuple[float, float]:
@@ -31,15 +33,7 @@ def start_to_first_token(argv: list[str], port: int) -> tuple[float, float]:
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"{argv[0]} exited {proc.returncode}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=1) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.005)
+        wait_health(url, proc, interval=0.005)
         ready = time.perf_counter()
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
         req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
