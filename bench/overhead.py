@@ -91,7 +91,7 @@ async def stream(session: aiohttp.ClientSession, url: str, max_tokens: int) -> d
                     first = first or now
                     last = now
                     tokens += 1
-    return {"ttft": first - start, "tokens": tokens, "span": last - first, "total": last - start}
+    return {"ttft": first - start, "tokens": tokens, "span": last - first}
 
 
 async def prompt_speed(session: aiohttp.ClientSession, url: str) -> float:

@@ -31,10 +31,9 @@ class ExecutorSpec:
 class Supervisor:
     """One executor child. State: loading → ready, or → failed with a reason."""
 
-    def __init__(self, spec: ExecutorSpec, load_timeout: float, log_prefix: str = "") -> None:
+    def __init__(self, spec: ExecutorSpec, load_timeout: float) -> None:
         self.spec = spec
         self.load_timeout = load_timeout
-        self.log_prefix = log_prefix
         self.state = "loading"
         self.failure: str | None = None
         self.proc: subprocess.Popen | None = None
@@ -49,9 +48,6 @@ class Supervisor:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.spec.port}"
-
-    def tail(self) -> list[str]:
-        return list(self._tail)
 
     def start(self) -> None:
         """Spawn the executor. No event loop is needed yet, so serve can start the executor
@@ -83,7 +79,7 @@ class Supervisor:
             self._tail.append(line)
             self._last_output = time.monotonic()
             try:
-                out.write(self.log_prefix + line + "\n")
+                out.write(line + "\n")
                 out.flush()
             except (OSError, ValueError):
                 pass
