@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lemonade_onebit.backends import launcher_for  # noqa: E402
+from lemonade_onebit.bench.common import wait_health  # noqa: E402
 from lemonade_onebit.config import ServeConfig  # noqa: E402
 from lemonade_onebit.modelref import resolve_model  # noqa: E402
 from lemonade_onebit.serve import free_port  # noqa: E402
@@ -100,25 +101,6 @@ async def prompt_speed(session: aiohttp.ClientSession, url: str) -> float:
     async with session.post(url + "/v1/chat/completions", json=body) as resp:
         assert resp.status == 200, await resp.text()
         return (await resp.json())["timings"]["prompt_per_second"]
-
-
-def wait_health(url: str, proc: subprocess.Popen, timeout: float = 120,
-                interval: float = 0.1) -> None:
-    """Poll `/health` until 200; stop at once if the process exits."""
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{proc.args[0]} exited {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(interval)
-    raise SystemExit(f"{url} not ready in {timeout} s")
 
 
 def main() -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 
 from lemonade_onebit import __version__
@@ -35,6 +36,16 @@ def _number(convert, what: str, valid, rule: str):
 _positive_int = _number(int, "a whole number", lambda v: v > 0, "must be greater than 0")
 _port = _number(int, "a whole number", lambda v: 0 < v <= 65535, "is not a port (1-65535)")
 _probability = _number(float, "a number", lambda v: 0.0 <= v <= 1.0, "must be between 0 and 1")
+def _token_counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 128,512,2048") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every length must be greater than 0")
+    return counts
+
+
 _seconds = _number(float, "a number of seconds", lambda v: v > 0, "must be greater than 0")
 
 
@@ -52,19 +63,53 @@ def build_parser() -> argparse.ArgumentParser:
     devices = sub.add_parser("devices", help="devices found and the executor of each route")
     devices.add_argument("--json", action="store_true", help="machine-readable output")
 
+    pull = sub.add_parser(
+        "pull", help="download a model into the Hugging Face cache",
+        description="Download a catalog model, or ORG/REPO[:VARIANT] (a quant such as Q4_K_M or "
+        "a file; sharded GGUFs come whole), into the Hugging Face cache (HF_HUB_CACHE, else "
+        "HF_HOME/hub). An interrupted pull continues where it stopped; each file is checked "
+        "against the hub's sha256. HF_TOKEN and HF_ENDPOINT are honoured.")
+    pull.add_argument("model", metavar="NAME|ORG/REPO[:VARIANT]")
+    pull.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    pull.add_argument("--json", action="store_true", help="print the files as JSON")
+
+    listing = sub.add_parser("list", help="catalog models and whether they are downloaded")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+
+    delete = sub.add_parser("delete", help="remove a downloaded catalog model's files")
+    delete.add_argument("model", metavar="NAME")
+
     b = sub.add_parser(
         "bench", help="A/B serve configurations on one model",
         description="A/B `1bit serve` configurations: a fresh serve per config and round, "
-        "interleaved; prompt and decode tok/s from llama-server timings, best / median, with "
-        "the change against the first config.")
+        "interleaved. By default prompt and decode tok/s from llama-server timings, best / median, "
+        "with the change against the first config; --e2e: time to first token and end-to-end "
+        "time by prompt length; --swap: start to first token, cold and warm, against the "
+        "executor started alone.",
+        epilog="example: 1bit bench -m SmolLM2-135M-Instruct-1bit --config base= "
+        "--config norepack='-- --no-repack' --rounds 3")
     b.add_argument("-m", "--model", required=True)
     b.add_argument("--config", action="append", required=True, metavar="NAME=ARGS",
-                   help="a config: `1bit serve` arguments (after `--`: executor flags); repeat")
+                   help="a config: `1bit serve` arguments (after `--`: executor flags); repeat; "
+                   "the first is the baseline")
+    mode = b.add_mutually_exclusive_group()
+    mode.add_argument("--e2e", action="store_true",
+                      help="TTFT, decode and end-to-end time by prompt length (streamed)")
+    mode.add_argument("--swap", action="store_true",
+                      help="start to first token, cold and warm, and serve's share of it")
     b.add_argument("--rounds", type=_positive_int, default=3)
-    b.add_argument("--prompt-reps", type=_positive_int, default=5)
-    b.add_argument("--decode-reps", type=_positive_int, default=3)
-    b.add_argument("--decode-tokens", type=_positive_int, default=256)
+    b.add_argument("--prompt-reps", type=_positive_int, default=5, metavar="N",
+                   help="prompt-speed requests per run (5)")
+    b.add_argument("--decode-reps", type=_positive_int, default=3, metavar="N",
+                   help="passes over the three decode prompts per run (3)")
+    b.add_argument("--decode-tokens", type=_positive_int, default=256, metavar="N",
+                   help="tokens generated per decode or --e2e request (256)")
+    b.add_argument("--prompt-tokens", type=_token_counts, default=(128, 512, 2048),
+                   metavar="N,N,...", help="--e2e prompt lengths, exact tokens (128,512,2048)")
+    b.add_argument("--e2e-reps", type=_positive_int, default=3, metavar="N",
+                   help="--e2e requests per prompt length per run; medians are reported (3)")
     b.add_argument("--json", metavar="F", help="write every sample to F")
+    b.add_argument("--plot", metavar="FILE.png", help="draw the results (needs matplotlib)")
     b.add_argument("--lock", metavar="F", help="refuse to run while another bench holds F")
     b.add_argument("--log-dir", metavar="DIR", help="serve logs, one per config and round")
 
@@ -128,12 +173,27 @@ def serve_config(ns: argparse.Namespace, extra: list[str]) -> ServeConfig:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
+def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Our arguments, and those after `--` (the executor's, passed unchanged)."""
     if "--" in argv:
         cut = argv.index("--")
-        argv, extra = argv[:cut], argv[cut + 1:]
+        return argv[:cut], argv[cut + 1:]
+    return argv, []
+
+
+def parse_serve_args(model: str, args: list[str]) -> ServeConfig:
+    """`1bit serve -m MODEL ARGS` parsed as serve would, for tools that plan a serve without
+    running one (`1bit bench --swap`); a bad argument is a UsageError."""
+    ours, extra = split_extra(["serve", "-m", model, *args])
+    try:
+        ns = build_parser().parse_args(ours)
+    except SystemExit:
+        raise UsageError(f"{shlex.join(args)}: not valid `1bit serve` arguments") from None
+    return serve_config(ns, extra)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     ns = parser.parse_args(argv)
     if ns.command is None:
@@ -145,10 +205,23 @@ def main(argv: list[str] | None = None) -> int:
         if ns.command == "version":
             return _version(ns.pins)
         if ns.command == "bench":
-            from lemonade_onebit.bench import run_bench
+            from lemonade_onebit.bench import BenchOptions, run_bench
 
-            return run_bench(ns.model, ns.config, ns.rounds, ns.prompt_reps, ns.decode_reps,
-                             ns.decode_tokens, ns.json, ns.lock, ns.log_dir)
+            return run_bench(BenchOptions(
+                model=ns.model, configs=ns.config,
+                mode="e2e" if ns.e2e else "swap" if ns.swap else "ab", rounds=ns.rounds,
+                prompt_reps=ns.prompt_reps, decode_reps=ns.decode_reps,
+                decode_tokens=ns.decode_tokens, prompt_tokens=ns.prompt_tokens,
+                e2e_reps=ns.e2e_reps, json=ns.json, lock=ns.lock, log_dir=ns.log_dir,
+                plot=ns.plot))
+        if ns.command in ("pull", "list", "delete"):
+            from lemonade_onebit.catalog import commands
+
+            if ns.command == "pull":
+                return commands.pull_command(ns.model, ns.quiet, ns.json)
+            if ns.command == "list":
+                return commands.list_command(ns.json)
+            return commands.delete_command(ns.model)
         if ns.command == "devices":
             from lemonade_onebit.report import devices_report
 

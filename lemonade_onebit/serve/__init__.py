@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import base64
 import os
-import secrets
 import signal
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from lemonade_onebit.backends import launchers
+from lemonade_onebit.backends.base import Launcher
 from lemonade_onebit.backends.executors import (
     executor_hint, explicit_executor, resolve_executor,
 )
 from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.errors import RecipeError, RunError, UsageError
-from lemonade_onebit.modelref import resolve_model
+from lemonade_onebit.modelref import ModelRef, resolve_model
 from lemonade_onebit.route import check_route, choose_launcher, stamp_route
 from lemonade_onebit.serve.process import terminate
 from lemonade_onebit.serve.supervisor import ExecutorSpec, Supervisor
@@ -31,7 +33,7 @@ def gguf_facts(path):
         return None
 
 
-def apply_recipes_to(config, device, facts, argv, env):
+def apply_recipes_to(config, device, facts, argv, env, say):
     """The recipe set (shipped + plugins, `--recipes FILE` instead, none with `--no-recipes`)
     applied to a llama-server argv and env; a malformed file stops serve with its reason."""
     from lemonade_onebit.recipes import load_recipes, recipe_files
@@ -57,7 +59,7 @@ def apply_recipes_to(config, device, facts, argv, env):
     )
     argv, env, applied = apply_recipes(recipes, target, argv, env, LLAMA_FLAG_ALIASES)
     for item in applied:
-        log(f"recipe {item.recipe}: {item.describe()}")
+        say(f"recipe {item.recipe}: {item.describe()}")
     return argv, env
 
 
@@ -79,15 +81,27 @@ def merged_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def run(config: ServeConfig) -> int:
-    """Validate everything that can be validated before starting anything, then serve."""
+@dataclass(frozen=True)
+class Plan:
+    """Everything serve decided before starting anything: the model, its route and the
+    executor's command line, environment and private port."""
+
+    model: ModelRef
+    launcher: Launcher
+    spec: ExecutorSpec
+    upstream_key: str
+
+
+def plan(config: ServeConfig, say=log) -> Plan:
+    """Resolve the model, pick the route, build the executor's argv and env; start nothing.
+    Everything that can be validated before a process starts is validated here."""
     model = resolve_model(config.model, config.alias)
     facts = None
     if model.kind == "gguf":
         facts = gguf_facts(model.path)
         config, forced = stamp_route(config, facts.hadamard_q4_0 if facts else None)
         if forced:
-            log(forced)
+            say(forced)
     launcher_cls, why = choose_launcher(model.kind, config.device, launchers())
     check_route(config, launcher_cls)
     launcher = launcher_cls()
@@ -98,33 +112,34 @@ def run(config: ServeConfig) -> int:
                 f"{' or '.join(launcher.info.needs)} (`1bit devices` lists what it has); "
                 f"to run it anyway, {executor_hint(launcher)}"
             )
-        log(f"no {' or '.join(launcher.info.needs)} detected; running the named executor anyway")
+        say(f"no {' or '.join(launcher.info.needs)} detected; running the named executor anyway")
     executor = resolve_executor(launcher, config)
     if config.device == "auto":
-        log(why)
-    log(f"{model.served_id} on {launcher.info.device} ({executor})")
+        say(why)
+    say(f"{model.served_id} on {launcher.info.device} ({executor})")
 
     port = free_port()
-    upstream_key = os.environ.get("LLAMA_API_KEY") or secrets.token_urlsafe(24)
+    upstream_key = (os.environ.get("LLAMA_API_KEY")
+                    or base64.urlsafe_b64encode(os.urandom(24)).decode().rstrip("="))
     argv = launcher.argv(executor, model, port, config)
     env = merged_env(launcher.env(config, model))
     if launcher.info.llama_server_api:
-        argv, env = apply_recipes_to(config, launcher.info.device, facts, argv, env)
-    if launcher.info.llama_server_api:
+        argv, env = apply_recipes_to(config, launcher.info.device, facts, argv, env, say)
         env["LLAMA_API_KEY"] = upstream_key  # the private port answers only to serve
-    spec = ExecutorSpec(
-        argv=argv,
-        env=env,
-        port=port,
-        readiness=launcher.info.readiness,
-    )
+    spec = ExecutorSpec(argv=argv, env=env, port=port, readiness=launcher.info.readiness)
+    return Plan(model, launcher, spec, upstream_key)
+
+
+def run(config: ServeConfig) -> int:
+    """Plan, bind the public port, start the executor, then serve."""
+    p = plan(config)
     listener = listen(config.host, config.port)
     # The executor starts now: the HTTP front is set up while it loads the model.
-    supervisor = Supervisor(spec, config.load_timeout)
+    supervisor = Supervisor(p.spec, config.load_timeout)
     supervisor.start()
     try:
-        return _run_loop(_serve(config, launcher, supervisor, listener, model.served_id,
-                                upstream_key))
+        return _run_loop(_serve(config, p.launcher, supervisor, listener, p.model.served_id,
+                                p.upstream_key))
     finally:
         if supervisor.proc is not None and supervisor.proc.poll() is None:
             terminate(supervisor.proc)

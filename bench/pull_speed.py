@@ -1,0 +1,93 @@
+"""`1bit pull` against `curl` from the same local hub server, interleaved.
+
+A generated 100 MB GGUF is served by `tests/hubserver.py` (the local Hugging Face-compatible hub
+the tests use). Each round downloads it with `curl -o FILE` and with `1bit pull` into an empty
+cache, in alternating order. Reported: the transfer rate (curl's `speed_download`; pull's bytes
+over the time of its transfers, which includes the sha256 it computes as the bytes arrive) and
+the whole command's time (pull's includes Python's start, listing the repo and resolving the file).
+Usage:
+
+    .venv/bin/python bench/pull_speed.py [--mb 100] [--rounds 7] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from hubserver import Hub  # noqa: E402
+
+REPO, FILE = "bench/speed-GGUF", "speed-Q4_0.gguf"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mb", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--json", metavar="F")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="1bit-pull-speed-"))
+    source = work / FILE
+    with open(source, "wb") as out:
+        out.write(b"GGUF\x03\x00\x00\x00")
+        out.write(os.urandom(args.mb * 1_000_000 - 8))
+    hub = Hub(work / "hub").start()
+    hub.add(REPO, FILE, source)
+    size = source.stat().st_size
+    url = f"{hub.url}/{REPO}/resolve/main/{FILE}"
+    onebit = str(Path(sys.executable).parent / "1bit")
+    samples: dict[str, list[dict]] = {"curl": [], "pull": []}
+    try:
+        for r in range(args.rounds):
+            for side in (("curl", "pull") if r % 2 == 0 else ("pull", "curl")):
+                cache = work / "cache"
+                shutil.rmtree(cache, ignore_errors=True)
+                cache.mkdir()
+                start = time.perf_counter()
+                if side == "curl":
+                    out = subprocess.run(["curl", "-sS", "-o", str(cache / FILE), "-w",
+                                          "%{speed_download}", url], capture_output=True,
+                                         text=True, check=True)
+                    wall = time.perf_counter() - start
+                    rate = float(out.stdout)
+                else:
+                    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(cache),
+                           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1"}
+                    out = subprocess.run([onebit, "pull", f"{REPO}:Q4_0", "--json"],
+                                         capture_output=True, text=True, env=env, check=True)
+                    wall = time.perf_counter() - start
+                    report = json.loads(out.stdout)
+                    assert report["downloaded_bytes"] == size
+                    rate = size / report["download_seconds"]
+                samples[side].append({"rate_mb_s": rate / 1e6, "wall_s": wall})
+    finally:
+        hub.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    med = {s: {k: statistics.median(x[k] for x in v) for k in ("rate_mb_s", "wall_s")}
+           for s, v in samples.items()}
+    print("| download of a %d MB file | curl | `1bit pull` | pull / curl |" % args.mb)
+    print("|---|---:|---:|---:|")
+    print(f"| transfer rate (MB/s) | {med['curl']['rate_mb_s']:.0f} | "
+          f"{med['pull']['rate_mb_s']:.0f} | {med['pull']['rate_mb_s'] / med['curl']['rate_mb_s']:.2f} |")
+    print(f"| whole command (s) | {med['curl']['wall_s']:.2f} | {med['pull']['wall_s']:.2f} | "
+          f"{med['pull']['wall_s'] / med['curl']['wall_s']:.2f} |")
+    print(f"\n{args.rounds} rounds interleaved, medians.")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"mb": args.mb, "rounds": args.rounds,
+                                               "samples": samples}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

