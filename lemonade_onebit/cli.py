@@ -79,6 +79,26 @@ def build_parser() -> argparse.ArgumentParser:
     delete = sub.add_parser("delete", help="remove a downloaded catalog model's files")
     delete.add_argument("model", metavar="NAME")
 
+    lem = sub.add_parser(
+        "lemonade", help="put the catalog and the shim into Lemonade",
+        description="register: point a running Lemonade's llama.cpp variant at "
+        "onebit-llama-server and register every catalog model as user.<Name> (downloading it). "
+        "export: write the same /api/v1/pull bodies as JSON files for `lemonade import`.")
+    lem_sub = lem.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser,
+                                 required=True)
+    reg = lem_sub.add_parser("register", help="register the catalog in a running Lemonade")
+    reg.add_argument("--url", default="http://localhost:13305",
+                     help="Lemonade's address (http://localhost:13305)")
+    reg.add_argument("--no-download", action="store_true",
+                     help="register only (/api/v1/models/register); download later in Lemonade")
+    exp = lem_sub.add_parser("export", help="write /api/v1/pull bodies for `lemonade import`")
+    exp.add_argument("folder", metavar="DIR")
+    for p in (reg, exp):
+        p.add_argument("--variant", choices=("cpu", "vulkan", "rocm", "cuda"), default="cpu",
+                       help="the llama.cpp variant Lemonade runs the models on (cpu)")
+        p.add_argument("--only", action="append", metavar="NAME",
+                       help="only this catalog model; repeat")
+
     b = sub.add_parser(
         "bench", help="A/B serve configurations on one model",
         description="A/B `1bit serve` configurations: a fresh serve per config and round, "
@@ -222,6 +242,12 @@ def main(argv: list[str] | None = None) -> int:
             if ns.command == "list":
                 return commands.list_command(ns.json)
             return commands.delete_command(ns.model)
+        if ns.command == "lemonade":
+            from lemonade_onebit.catalog import lemonade
+
+            if ns.action == "export":
+                return lemonade.export_command(ns.folder, ns.variant, ns.only)
+            return lemonade.register_command(ns.url, ns.variant, ns.only, not ns.no_download)
         if ns.command == "devices":
             from lemonade_onebit.report import devices_report
 

@@ -1,10 +1,10 @@
 """Entry points of our groups, cached on disk.
 
 Reading them means importing `importlib.metadata` and scanning every installed distribution,
-which costs about 20 ms of serve's start. The cache is keyed on the package folders of `sys.path`
-(`site-packages`, `dist-packages`) and their modification times: installing, upgrading or removing
-a package changes its folder's time, and the next read scans again. Other folders on the path (the
-current directory under `python -m`) change all the time and hold no installed distribution.
+which costs about 20 ms of serve's start. The cache is keyed on the folders of `sys.path` and their
+modification times: installing, upgrading or removing a package changes its folder's time, and the
+next read scans again. The first entry (the script's folder, or the current directory under
+`python -m`) changes all the time; it counts only when it holds a distribution.
 """
 
 from __future__ import annotations
@@ -42,14 +42,21 @@ def cache_file() -> Path:
 
 def _key() -> list:
     key: list = [sys.version, sys.prefix]
-    for entry in sys.path:
-        if os.path.basename(entry.rstrip("/")) not in ("site-packages", "dist-packages"):
+    for i, entry in enumerate(sys.path):
+        if i == 0 and not _holds_distributions(entry):
             continue
         try:
             key.append([entry, os.stat(entry).st_mtime_ns])
         except OSError:
             key.append([entry, None])
     return key
+
+
+def _holds_distributions(folder: str) -> bool:
+    try:
+        return any(n.endswith((".dist-info", ".egg-info")) for n in os.listdir(folder or "."))
+    except OSError:
+        return False
 
 
 def _scan() -> dict[str, list[list[str]]]:
