@@ -221,52 +221,62 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if extra and ns.command != "serve":
         parser.error("arguments after `--` are for `1bit serve` only")
+    return reported(f"1bit {ns.command}", lambda: _dispatch(ns, extra))
+
+
+def reported(prog: str, command) -> int:
+    """Run `command`; a user error is one line and exit 2, a runtime failure one line and exit 1,
+    never a traceback. Shared by `1bit` and `onebit-llama-server`."""
     try:
-        if ns.command == "version":
-            return _version(ns.pins)
-        if ns.command == "bench":
-            from lemonade_onebit.bench import BenchOptions, run_bench
-
-            return run_bench(BenchOptions(
-                model=ns.model, configs=ns.config,
-                mode="e2e" if ns.e2e else "swap" if ns.swap else "ab", rounds=ns.rounds,
-                prompt_reps=ns.prompt_reps, decode_reps=ns.decode_reps,
-                decode_tokens=ns.decode_tokens, prompt_tokens=ns.prompt_tokens,
-                e2e_reps=ns.e2e_reps, json=ns.json, lock=ns.lock, log_dir=ns.log_dir,
-                plot=ns.plot))
-        if ns.command in ("pull", "list", "delete"):
-            from lemonade_onebit.catalog import commands
-
-            if ns.command == "pull":
-                return commands.pull_command(ns.model, ns.quiet, ns.json)
-            if ns.command == "list":
-                return commands.list_command(ns.json)
-            return commands.delete_command(ns.model)
-        if ns.command == "lemonade":
-            from lemonade_onebit.catalog import lemonade
-
-            if ns.action == "export":
-                return lemonade.export_command(ns.folder, ns.variant, ns.only)
-            return lemonade.register_command(ns.url, ns.variant, ns.only, not ns.no_download)
-        if ns.command == "devices":
-            from lemonade_onebit.report import devices_report
-
-            return devices_report(ns.json)
-        if ns.command == "serve":
-            from lemonade_onebit.serve import run
-
-            return run(serve_config(ns, extra))
+        return command()
     except UsageError as exc:
-        print(f"1bit {ns.command}: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     except RunError as exc:
-        print(f"1bit {ns.command}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `1bit devices | head`: the reader left, which is no error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _dispatch(ns: argparse.Namespace, extra: list[str]) -> int:
+    if ns.command == "version":
+        return _version(ns.pins)
+    if ns.command == "bench":
+        from lemonade_onebit.bench import BenchOptions, run_bench
+
+        return run_bench(BenchOptions(
+            model=ns.model, configs=ns.config,
+            mode="e2e" if ns.e2e else "swap" if ns.swap else "ab", rounds=ns.rounds,
+            prompt_reps=ns.prompt_reps, decode_reps=ns.decode_reps,
+            decode_tokens=ns.decode_tokens, prompt_tokens=ns.prompt_tokens,
+            e2e_reps=ns.e2e_reps, json=ns.json, lock=ns.lock, log_dir=ns.log_dir,
+            plot=ns.plot))
+    if ns.command in ("pull", "list", "delete"):
+        from lemonade_onebit.catalog import commands
+
+        if ns.command == "pull":
+            return commands.pull_command(ns.model, ns.quiet, ns.json)
+        if ns.command == "list":
+            return commands.list_command(ns.json)
+        return commands.delete_command(ns.model)
+    if ns.command == "lemonade":
+        from lemonade_onebit.catalog import lemonade
+
+        if ns.action == "export":
+            return lemonade.export_command(ns.folder, ns.variant, ns.only)
+        return lemonade.register_command(ns.url, ns.variant, ns.only, not ns.no_download)
+    if ns.command == "devices":
+        from lemonade_onebit.report import devices_report
+
+        return devices_report(ns.json)
+    if ns.command == "serve":
+        from lemonade_onebit.serve import run
+
+        return run(serve_config(ns, extra))
     return 2
 
 

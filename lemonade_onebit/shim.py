@@ -125,31 +125,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve_owned(name: str, model: str, values: dict, switches: set, rest: list[str]) -> int:
+    from lemonade_onebit.cli import reported
     from lemonade_onebit.config import ServeConfig
-    from lemonade_onebit.errors import RunError, UsageError
+    from lemonade_onebit.errors import UsageError
     from lemonade_onebit.serve import run
 
-    ctx = values.get("--ctx-size") or values.get("-c")
-    try:
-        config = ServeConfig(
-            model=model, port=int(values.get("--port", "8080")),
-            host=values.get("--host", "127.0.0.1"), ctx_size=int(ctx) if ctx else None,
+    def start() -> int:
+        ctx = values.get("--ctx-size") or values.get("-c")
+        try:
+            port, ctx_size = int(values.get("--port", "8080")), int(ctx) if ctx else None
+        except ValueError as exc:
+            raise UsageError(f"--port and --ctx-size take numbers: {exc}") from None
+        return run(ServeConfig(
+            model=model, port=port, host=values.get("--host", "127.0.0.1"), ctx_size=ctx_size,
             alias=name, mmproj=values.get("--mmproj"),
             embedding=bool(switches & {"--embedding", "--embeddings"}),
             reranking=bool(switches & {"--reranking", "--rerank"}),
-            extra_args=tuple(rest))
-        return run(config)
-    except ValueError as exc:
-        print(f"{SHIM_NAME}: {exc}", file=sys.stderr)
-        return 2
-    except UsageError as exc:
-        print(f"{SHIM_NAME}: {exc}", file=sys.stderr)
-        return 2
-    except RunError as exc:
-        print(f"{SHIM_NAME}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+            extra_args=tuple(rest)))
+
+    return reported(SHIM_NAME, start)
 
 
 if __name__ == "__main__":
