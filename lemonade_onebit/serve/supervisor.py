@@ -64,6 +64,7 @@ class Supervisor:
         import asyncio
 
         self._exited = asyncio.Event()
+        self._nudge = asyncio.Event()
         with self._lock:
             self._loop = loop
             early = self._early_exit
@@ -78,6 +79,13 @@ class Supervisor:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self._tail.append(line)
             self._last_output = time.monotonic()
+            if self.state == "loading" and self._loop is not None:
+                # New output while loading ("server is listening", "model loaded"): poll now
+                # rather than at the next tick.
+                try:
+                    self._loop.call_soon_threadsafe(self._nudge.set)
+                except RuntimeError:
+                    pass
             try:
                 out.write(line + "\n")
                 out.flush()
@@ -96,6 +104,7 @@ class Supervisor:
 
     def _on_exit(self, rc: int) -> None:
         self.returncode = rc
+        self._nudge.set()
         if self.state != "stopping":
             reason = f"{self.spec.argv[0]} exited with code {rc}"
             last = self.last_error_line()
@@ -135,10 +144,12 @@ class Supervisor:
                 raise RunError(
                     f"{self.spec.argv[0]} made no progress for {self.load_timeout:g} s while loading"
                 )
-            try:
-                await asyncio.wait_for(self._exited.wait(), READY_POLL_S)
-            except asyncio.TimeoutError:
-                pass
+            if not self._nudge.is_set():
+                try:
+                    await asyncio.wait_for(self._nudge.wait(), READY_POLL_S)
+                except asyncio.TimeoutError:
+                    pass
+            self._nudge.clear()
 
     async def stop(self) -> None:
         import asyncio
