@@ -7,7 +7,7 @@ over the time of its transfers, which includes the sha256 it computes as the byt
 the whole command's time (pull's includes Python's start, listing the repo and resolving the file).
 Usage:
 
-    .venv/bin/python bench/pull_speed.py [--mb 100] [--rounds 7] [--json F]
+    .venv/bin/python bench/pull_speed.py [--mb 100] [--rounds 7] [--rate-mb 200] [--json F]
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rate-mb", type=float, metavar="MB/S",
+                        help="limit the server to this rate, like a network link")
     parser.add_argument("--json", metavar="F")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="1bit-pull-speed-"))
@@ -43,6 +45,7 @@ def main() -> int:
         out.write(b"GGUF\x03\x00\x00\x00")
         out.write(os.urandom(args.mb * 1_000_000 - 8))
     hub = Hub(work / "hub").start()
+    hub.rate = args.rate_mb * 1e6 if args.rate_mb else None
     hub.add(REPO, FILE, source)
     size = source.stat().st_size
     url = f"{hub.url}/{REPO}/resolve/main/{FILE}"
@@ -76,7 +79,8 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     med = {s: {k: statistics.median(x[k] for x in v) for k in ("rate_mb_s", "wall_s")}
            for s, v in samples.items()}
-    print("| download of a %d MB file | curl | `1bit pull` | pull / curl |" % args.mb)
+    link = f", server limited to {args.rate_mb:g} MB/s" if args.rate_mb else ""
+    print(f"| download of a {args.mb} MB file{link} | curl | `1bit pull` | pull / curl |")
     print("|---|---:|---:|---:|")
     print(f"| transfer rate (MB/s) | {med['curl']['rate_mb_s']:.0f} | "
           f"{med['pull']['rate_mb_s']:.0f} | {med['pull']['rate_mb_s'] / med['curl']['rate_mb_s']:.2f} |")
@@ -85,6 +89,7 @@ def main() -> int:
     print(f"\n{args.rounds} rounds interleaved, medians.")
     if args.json:
         Path(args.json).write_text(json.dumps({"mb": args.mb, "rounds": args.rounds,
+                                               "rate_mb_s": args.rate_mb,
                                                "samples": samples}, indent=1))
     return 0
 

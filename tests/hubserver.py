@@ -204,7 +204,7 @@ class _Handler(BaseHTTPRequestHandler):
             handle.seek(start)
             left = end - start + 1
             while left > 0:
-                block = handle.read(min(left, 1 << 20 if self.hub.rate is None else 1 << 14))
+                block = handle.read(min(left, 1 << 20 if self.hub.rate is None else 1 << 16))
                 if start == 0 and sent == 0 and f.path in self.hub.corrupt:
                     block = bytes([block[0] ^ 0xFF]) + block[1:]
                 if cut is not None and sent + len(block) >= cut:
