@@ -170,6 +170,18 @@ def test_a_missing_repo_and_no_network_are_clear_errors(hub, env):
     assert "Traceback" not in out.stderr
 
 
+def test_a_private_repo_needs_hf_token(hub, env):
+    data = gguf_bytes(20_000)
+    hub.add("org/private-GGUF", "p-Q4_0.gguf", data)
+    hub.private["org/private-GGUF"] = "hf_test_token"
+    out = onebit("pull", "org/private-GGUF:Q4_0", env={**env, "HF_TOKEN": ""})
+    assert out.returncode == 1 and "a private repo needs HF_TOKEN" in out.stderr
+    out = onebit("pull", "org/private-GGUF:Q4_0", "--json",
+                 env={**env, "HF_TOKEN": "hf_test_token"})
+    assert out.returncode == 0, out.stderr
+    assert Path(json.loads(out.stdout)["files"][0]).read_bytes() == data
+
+
 def test_bad_names_are_usage_errors(env):
     for spec in ("../etc/passwd", "org/repo:../../x", "not a repo"):
         out = onebit("pull", spec, env=env)

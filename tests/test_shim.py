@@ -144,3 +144,28 @@ def test_no_model_not_ours_and_no_real_llama_server_is_a_clear_error(tmp_path):
     out = subprocess.run([str(BIN / "python"), "-c", code], capture_output=True, text=True,
                          env=env, timeout=30)
     assert out.returncode == 1 and "no real llama-server was found" in out.stderr
+
+
+def test_the_onebit_recipe_argv_as_lemonade_writes_it(smollm2, tmp_path):
+    """Lemonade's `onebit` recipe: `1bit serve -m <gguf> --port <p> --device <dev> --alias <name>
+    [--ctx-size N] [onebit_args]`, readiness on /health, OpenAI calls, SIGTERM."""
+    from conftest import ONEBIT
+
+    port = free_port()
+    argv = [ONEBIT, "serve", "-m", str(smollm2), "--port", str(port), "--device", "auto",
+            "--alias", "SmolLM2-135M-Instruct-1bit", "--ctx-size", "4096", "--parallel", "2"]
+    proc, log = start(argv, tmp_path)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_health_like_lemonade(url, proc, log)
+        status, raw = http("GET", url + "/v1/models")
+        assert [m["id"] for m in json.loads(raw)["data"]] == ["SmolLM2-135M-Instruct-1bit"]
+        chat_and_stream(url)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert stop_like_lemonade(proc) < 5
+        assert not psutil.wait_procs(children, timeout=2)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = subprocess.run([ONEBIT, "version"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout.startswith("1bit ")
