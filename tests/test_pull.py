@@ -210,3 +210,21 @@ def test_a_full_disk_is_refused_before_downloading(hub, env, monkeypatch, tmp_pa
     with pytest.raises(RunError, match="not enough disk space .* 0.00 GB free"):
         pull.pull("org/m-GGUF:Q4_0", quiet=True)
     assert hub.gets("m-Q4_0.gguf") == []
+
+
+def test_a_disk_that_fills_during_the_download_stops_with_disk_full(hub, tmp_path):
+    from lemonade_onebit.catalog.download import fetch
+    from lemonade_onebit.errors import RunError
+
+    f = hub.add("org/m-GGUF", "m-Q4_0.gguf", gguf_bytes(50_000))
+    blob = tmp_path / "blob"
+    (tmp_path / "blob.incomplete").symlink_to("/dev/full")  # every write fails with ENOSPC
+
+    class Bar:
+        def update(self, n):
+            pass
+
+    with pytest.raises(RunError, match="disk full while writing .*pull again to continue"):
+        fetch(f"{hub.url}/org/m-GGUF/resolve/main/m-Q4_0.gguf", blob, tmp_path / "lock",
+              f.size, None, {}, Bar())
+    assert not blob.exists()

@@ -9,6 +9,7 @@ while the bytes arrive, so checking a large file costs no second read.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import http.client
@@ -107,6 +108,9 @@ def fetch(url: str, blob: Path, lock_path: Path, size: int, sha256: str | None, 
                     progress.update(-have)
                     have = 0
                 except (OSError, http.client.HTTPException, Cut) as exc:
+                    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                        raise RunError(f"disk full while writing {part}; the bytes so far are "
+                                       f"kept: free some space and pull again to continue") from None
                     tries += 1
                     if tries > RETRIES:
                         raise RunError(f"{exc}; the {have} bytes so far are kept: pull again "

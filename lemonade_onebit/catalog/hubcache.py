@@ -56,11 +56,3 @@ def local_files(repo: str, variant: str | None) -> list[Path] | None:
     if not chosen:
         return [snap]  # a model folder (onnx, mlx): the snapshot itself
     return [snap / f for f in chosen]
-
-
-def size_on_disk(repo: str) -> int:
-    blobs = repo_folder(repo) / "blobs"
-    try:
-        return sum(p.stat().st_size for p in blobs.iterdir() if p.is_file())
-    except OSError:
-        return 0

@@ -19,8 +19,6 @@ from pathlib import Path
 
 from lemonade_onebit.errors import RunError, UsageError
 
-VARIANTS = ("cpu", "vulkan", "rocm", "cuda")
-DEFAULT_URL = "http://localhost:13305"
 SHIM = "onebit-llama-server"
 
 

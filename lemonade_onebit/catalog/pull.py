@@ -28,7 +28,6 @@ class Target:
     repo: str
     variant: str | None
     extra: tuple[str, ...] = ()  # files named besides the variant (an entry's mmproj)
-    name: str | None = None  # the catalog name, when one was given
 
 
 def target_for(spec: str) -> Target:
@@ -37,7 +36,7 @@ def target_for(spec: str) -> Target:
         from lemonade_onebit.catalog.schema import validate
 
         entry = validate(spec, body)
-        return Target(entry.repo, entry.variant, (entry.mmproj,) if entry.mmproj else (), spec)
+        return Target(entry.repo, entry.variant, (entry.mmproj,) if entry.mmproj else ())
     repo, variant = split_checkpoint(spec)
     return Target(repo, variant)
 
@@ -154,11 +153,8 @@ def fetch_file(repo: str, path: str, f, progress_off: bool, stats: dict) -> Path
                 got = fetch(meta.location, blob, lock, meta.size, expected, auth, bar)
                 stats["bytes"] += meta.size
                 stats["seconds"] += time.perf_counter() - started
-            except OSError as exc:
-                if exc.errno == 28:  # ENOSPC
-                    raise RunError(f"disk full while downloading {path} into {hub_cache()}; "
-                                   f"free some space and pull again: it continues") from None
-                raise RunError(f"download of {path}: {exc}") from None
+            except OSError as exc:  # the cache cannot be written: permissions, a missing mount
+                raise RunError(f"download of {path} into {hub_cache()}: {exc}") from None
         if expected and got != expected:
             _discard(blob, f"{path}: sha256 {got} does not match the hub's {expected}")
         if not f.lfs and git_blob_id(blob) != f.blob_id:
