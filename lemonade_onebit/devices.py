@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import glob
 import os
-import platform
 import shutil
 import subprocess
+import sys
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -88,8 +88,8 @@ def vulkan_devices() -> list[Device]:
 
 
 def apple_silicon() -> list[Device]:
-    if platform.system() == "Darwin" and platform.machine() == "arm64":
-        return [Device("apple-silicon", platform.processor() or "Apple Silicon")]
+    if sys.platform == "darwin" and os.uname().machine == "arm64":
+        return [Device("apple-silicon", "Apple Silicon")]
     return []
 
 
@@ -104,7 +104,7 @@ def _cpu_name() -> str:
     for line in _read(SYS / "proc/cpuinfo").splitlines():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
-    return platform.machine()
+    return os.uname().machine
 
 
 @lru_cache(maxsize=1)
