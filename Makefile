@@ -4,7 +4,7 @@ STAMP  := $(VENV)/.setup-done
 PORT   ?= 8000
 MODEL  ?= SmolLM2-135M-Instruct-1bit
 
-.PHONY: setup serve test bench-overhead clean
+.PHONY: setup serve test bench-overhead laya-model laya-eval clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,14 @@ test: setup
 
 bench-overhead: setup
 	$(VENV)/bin/python bench/overhead.py $(BENCH_ARGS)
+
+# The Laya classifier: rebuild the data set and retrain the shipped model (deterministic).
+laya-model: setup
+	$(VENV)/bin/python data/laya/build.py
+	$(VENV)/bin/python -m lemonade_onebit.laya.train
+
+laya-eval: setup
+	$(VENV)/bin/1bit route --eval data/laya/eval.json
 
 clean:
 	rm -rf $(VENV)

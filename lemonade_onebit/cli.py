@@ -99,6 +99,19 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--only", action="append", metavar="NAME",
                        help="only this catalog model; repeat")
 
+    route = sub.add_parser(
+        "route", help="the Laya class of a request, and the device it goes to",
+        description="Laya: a request of 1,024 characters or more is long_doc; shorter ones are "
+        "code, prose or short, with a confidence. The policy maps the class to a device.")
+    what = route.add_mutually_exclusive_group(required=True)
+    what.add_argument("--classify", metavar="TEXT", help="classify TEXT")
+    what.add_argument("--eval", metavar="FILE",
+                      help='accuracy, confusion and latency on {"cases":[{"class","text"}]}')
+    what.add_argument("--export-lemonade", nargs="?", const="", metavar="FILE",
+                      help="write a Lemonade collection.router model over -1bit models")
+    route.add_argument("--route-policy", metavar="FILE", help="policy file (the shipped one)")
+    route.add_argument("--json", action="store_true", help="machine-readable output")
+
     b = sub.add_parser(
         "bench", help="A/B serve configurations on one model",
         description="A/B `1bit serve` configurations: a fresh serve per config and round, "
@@ -269,6 +282,14 @@ def _dispatch(ns: argparse.Namespace, extra: list[str]) -> int:
         if ns.action == "export":
             return lemonade.export_command(ns.folder, ns.variant, ns.only)
         return lemonade.register_command(ns.url, ns.variant, ns.only, not ns.no_download)
+    if ns.command == "route":
+        from lemonade_onebit.laya import commands as laya
+
+        if ns.classify is not None:
+            return laya.classify_command(ns.classify, ns.route_policy, ns.json)
+        if ns.eval is not None:
+            return laya.eval_command(ns.eval, ns.json)
+        return laya.export_lemonade_command(ns.export_lemonade or None)
     if ns.command == "devices":
         from lemonade_onebit.report import devices_report
 

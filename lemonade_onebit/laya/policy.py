@@ -1,0 +1,87 @@
+"""The Laya policy: which device serves each class, with a confidence floor and a default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lemonade_onebit.config import DEVICES
+from lemonade_onebit.errors import UsageError
+from lemonade_onebit.laya.model import CLASSES, LONG_DOC
+
+SHIPPED = Path(__file__).with_name("policy.json")
+ROUTE_DEVICES = tuple(d for d in DEVICES if d != "auto")
+
+
+def load_policy(path: str | None = None) -> dict:
+    """The policy file, validated; every problem names the file and the key."""
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+    class Rule(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        device: str
+        why: str = ""
+
+        @field_validator("device")
+        @classmethod
+        def _device(cls, v: str) -> str:
+            if v not in ROUTE_DEVICES:
+                raise ValueError(f"unknown device {v!r}; one of {', '.join(ROUTE_DEVICES)}")
+            return v
+
+    class Policy(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        min_confidence: float = Field(ge=0, le=1)
+        default: str
+        classes: dict[str, Rule]
+
+        @field_validator("default")
+        @classmethod
+        def _default(cls, v: str) -> str:
+            return Rule._device(v)
+
+        @field_validator("classes")
+        @classmethod
+        def _classes(cls, v: dict) -> dict:
+            unknown = sorted(set(v) - {*CLASSES, LONG_DOC})
+            if unknown:
+                raise ValueError(f"unknown classes {unknown}; the classes are "
+                                 f"{', '.join((*CLASSES, LONG_DOC))}")
+            return v
+
+    file = Path(path) if path else SHIPPED
+    try:
+        data = json.loads(file.read_text())
+    except OSError as exc:
+        raise UsageError(f"--route-policy {file}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UsageError(f"--route-policy {file}: not JSON ({exc})") from None
+    try:
+        policy = Policy(**data) if isinstance(data, dict) else Policy.model_validate(data)
+    except ValidationError as exc:
+        reason = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'policy'}: "
+                           f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
+        raise UsageError(f"--route-policy {file}: {reason}") from None
+    return {"min_confidence": policy.min_confidence, "default": policy.default,
+            "classes": {k: {"device": r.device, "why": r.why} for k, r in policy.classes.items()}}
+
+
+def pick_device(policy: dict, klass: str, confidence: float, available) -> tuple[str, str]:
+    """(device, why) for a decision: the class's device, or the default when the confidence is
+    under the floor, the class has no rule, or its device is not available here."""
+    rule = policy["classes"].get(klass)
+    default = policy["default"]
+    if rule is None:
+        return default, f"no rule for {klass}: default"
+    if confidence < policy["min_confidence"]:
+        return default, f"confidence {confidence:.2f} < {policy['min_confidence']}: default"
+    if not available(rule["device"]):
+        return default, f"{rule['device']} is not available here: default"
+    return rule["device"], rule["why"]
+
+
+def device_available(device: str) -> bool:
+    from lemonade_onebit.backends import launcher_for
+
+    cls = launcher_for(device)
+    return cls is not None and cls().available()
