@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from lemonade_onebit.catalog.entries import raw_catalog
 from lemonade_onebit.catalog.variants import split_checkpoint
 from lemonade_onebit.errors import RunError, UsageError
+from lemonade_onebit.validation import reasons
 
 MODES = ("chat", "embeddings", "reranking")
 CAPABILITIES = ("vision", "tool-calling", "reasoning", "coding", "hot")
@@ -87,9 +88,7 @@ def validate(name: str, body: object) -> CatalogEntry:
     try:
         return CatalogEntry(name=name, **body)
     except ValidationError as exc:
-        reasons = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}"
-                            for e in exc.errors())
-        raise RunError(f"catalog entry {name}: {reasons}") from None
+        raise RunError(f"catalog entry {name}: {reasons(exc, 'entry')}") from None
 
 
 def load_catalog() -> list[CatalogEntry]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from lemonade_onebit.config import DEVICES
 from lemonade_onebit.errors import UsageError
 from lemonade_onebit.laya.model import CLASSES, LONG_DOC
+from lemonade_onebit.validation import read_json, reasons
 
 SHIPPED = Path(__file__).with_name("policy.json")
 ROUTE_DEVICES = tuple(d for d in DEVICES if d != "auto")
@@ -51,17 +51,10 @@ def load_policy(path: str | None = None) -> dict:
 
     file = Path(path) if path else SHIPPED
     try:
-        data = json.loads(file.read_text())
-    except OSError as exc:
-        raise UsageError(f"--route-policy {file}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise UsageError(f"--route-policy {file}: not JSON ({exc})") from None
-    try:
-        policy = Policy(**data) if isinstance(data, dict) else Policy.model_validate(data)
-    except ValidationError as exc:
-        reason = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'policy'}: "
-                           f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
-        raise UsageError(f"--route-policy {file}: {reason}") from None
+        policy = Policy.model_validate(read_json(file))
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError too
+        why = reasons(exc, "policy") if isinstance(exc, ValidationError) else str(exc)
+        raise UsageError(f"--route-policy {file}: {why}") from None
     return {"min_confidence": policy.min_confidence, "default": policy.default,
             "classes": {k: {"device": r.device, "why": r.why} for k, r in policy.classes.items()}}
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lemonade_onebit.errors import RecipeError
+from lemonade_onebit.validation import read_json, reasons
 
 
 class Match(BaseModel):
@@ -49,11 +49,9 @@ class Recipe(BaseModel):
 def load_recipe_file(path: Path) -> list[Recipe]:
     """Every recipe of a file, in file order; RecipeError on the first problem."""
     try:
-        raw = json.loads(path.read_text())
-    except OSError as exc:
-        raise RecipeError(f"{path}: cannot read: {exc.strerror}") from exc
+        raw = read_json(path)
     except ValueError as exc:
-        raise RecipeError(f"{path}: not JSON: {exc}") from exc
+        raise RecipeError(f"{path}: {exc}") from None
     items = raw.get("recipes") if isinstance(raw, dict) else raw
     if not isinstance(items, list):
         raise RecipeError(f"{path}: expected a list of recipes or {{\"recipes\": [...]}}")
@@ -63,9 +61,7 @@ def load_recipe_file(path: Path) -> list[Recipe]:
         try:
             recipe = Recipe.model_validate(item)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "recipe"
-            raise RecipeError(f"{path}: recipe {rid}: {where}: {first['msg']}") from None
+            raise RecipeError(f"{path}: recipe {rid}: {reasons(exc, 'recipe', True)}") from None
         if recipe.id in seen:
             raise RecipeError(f"{path}: recipe {recipe.id}: duplicate id")
         seen.add(recipe.id)
