@@ -9,10 +9,6 @@ from lemonade_onebit.config import EXECUTOR_OPTIONS, ROUTE_OPTIONS, ServeConfig
 from lemonade_onebit.errors import UsageError
 
 # Options this version of serve parses but whose feature has not landed; refused, never ignored.
-NOT_YET = {
-    "laya": "--laya: the Laya router is not available in this version",
-    "route_policy": "--route-policy: the Laya router is not available in this version",
-}
 
 
 def stamp_route(config: ServeConfig, stamp: int | None) -> tuple[ServeConfig, str | None]:
@@ -59,12 +55,14 @@ def choose_launcher(
 def refusals(config: ServeConfig, launcher: type[Launcher]) -> list[str]:
     """Every option the chosen route cannot honour, each with its reason."""
     info = launcher.info
-    out = [msg for name, msg in NOT_YET.items() if config.given(name)]
+    out = []
     if config.mtp and config.dflash:
         out.append("--mtp and --dflash: pick one")
     for name in ("mtp_max", "mtp_p_min"):
         if config.given(name) and not (config.mtp or config.dflash):
             out.append(f"{ROUTE_OPTIONS[name]} needs --mtp or --dflash")
+    if config.route_policy and not config.laya:
+        out.append("--route-policy needs --laya")
     if config.recipes and config.no_recipes:
         out.append("--recipes and --no-recipes: pick one")
     if config.embedding and config.reranking:

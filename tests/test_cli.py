@@ -57,8 +57,8 @@ def test_unknown_option_is_usage_error():
         (["--hrx-libhsa", "/x.so"], "--hrx-libhsa is not supported on the cpu route"),
         (["--zinc", "/bin/true"], "--zinc names an executor the cpu route does not use"),
         (["--mtp-max", "4"], "--mtp-max needs --mtp or --dflash"),
-        (["--laya"], "--laya: the Laya router is not available in this version"),
-        (["--route-policy", "p.json"], "--route-policy: the Laya router is not available"),
+        (["--route-policy", "p.json"], "--route-policy needs --laya"),
+        (["--laya", "--route-policy", "/nonexistent/p.json"], "--route-policy /nonexistent/p.json"),
     ],
 )
 def test_options_the_route_cannot_honour_are_refused(smollm2, args, message):

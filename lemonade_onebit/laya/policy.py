@@ -21,6 +21,7 @@ def load_policy(path: str | None = None) -> dict:
         model_config = ConfigDict(extra="forbid")
         device: str
         why: str = ""
+        model: str | None = None  # the model this device serves, when not serve's own -m
 
         @field_validator("device")
         @classmethod
@@ -56,7 +57,8 @@ def load_policy(path: str | None = None) -> dict:
         why = reasons(exc, "policy") if isinstance(exc, ValidationError) else str(exc)
         raise UsageError(f"--route-policy {file}: {why}") from None
     return {"min_confidence": policy.min_confidence, "default": policy.default,
-            "classes": {k: {"device": r.device, "why": r.why} for k, r in policy.classes.items()}}
+            "classes": {k: {"device": r.device, "why": r.why, "model": r.model}
+                        for k, r in policy.classes.items()}}
 
 
 def pick_device(policy: dict, klass: str, confidence: float, available) -> tuple[str, str]:

@@ -132,14 +132,18 @@ def plan(config: ServeConfig, say=log) -> Plan:
 
 def run(config: ServeConfig) -> int:
     """Plan, bind the public port, start the executor, then serve."""
+    policy = None
+    if config.laya:  # a bad policy file stops serve before anything is decided or started
+        from lemonade_onebit.laya.policy import load_policy
+
+        policy = load_policy(config.route_policy)
     p = plan(config)
     listener = listen(config.host, config.port)
     # The executor starts now: the HTTP front is set up while it loads the model.
     supervisor = Supervisor(p.spec, config.load_timeout)
     supervisor.start()
     try:
-        return _run_loop(_serve(config, p.launcher, supervisor, listener, p.model.served_id,
-                                p.upstream_key))
+        return _run_loop(_serve(config, p, supervisor, listener, policy))
     finally:
         if supervisor.proc is not None and supervisor.proc.poll() is None:
             terminate(supervisor.proc)
@@ -171,13 +175,14 @@ def _run_loop(main) -> int:
     return uvloop.run(main)
 
 
-async def _serve(config, launcher, supervisor, listener, served_id, upstream_key) -> int:
+async def _serve(config, p: Plan, supervisor, listener, policy) -> int:
     import asyncio
 
     import aiohttp
     from aiohttp import web
 
     from lemonade_onebit.serve.app import ServeApp
+    from lemonade_onebit.serve.backend import Backend
 
     supervisor.attach(asyncio.get_running_loop())
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=config.executor_timeout)
@@ -186,7 +191,13 @@ async def _serve(config, launcher, supervisor, listener, served_id, upstream_key
     async with aiohttp.ClientSession(
         connector=connector, timeout=timeout, auto_decompress=False
     ) as session:
-        front = ServeApp(config, launcher, supervisor, served_id, upstream_key, session)
+        primary = Backend(p.launcher.info.device, p.launcher, supervisor, p.upstream_key)
+        router = None
+        if policy is not None:
+            from lemonade_onebit.serve.laya import LayaRouter
+
+            router = LayaRouter(config, policy, primary, session, log)
+        front = ServeApp(config, primary, p.model.served_id, session, router)
         runner = web.AppRunner(front.make_app(), access_log=None, handler_cancellation=True)
         await runner.setup()
         await web.SockSite(runner, listener).start()
@@ -207,6 +218,9 @@ async def _serve(config, launcher, supervisor, listener, served_id, upstream_key
             await stopped
             return 0
         finally:
+            if router is not None:
+                await router.stop()
+                log(router.summary())
             await supervisor.stop()
             await runner.cleanup()
 

@@ -15,11 +15,10 @@ import time
 import aiohttp
 from aiohttp import web
 
-from lemonade_onebit.backends.base import Launcher
 from lemonade_onebit.config import ServeConfig
+from lemonade_onebit.serve.backend import Backend
 from lemonade_onebit.serve.errors import error_event, error_response
 from lemonade_onebit.serve.relay import StreamRelay, UpstreamError
-from lemonade_onebit.serve.supervisor import Supervisor
 
 HEALTH_PATHS = frozenset({"/health", "/v1/health"})
 MODELS_PATHS = frozenset({"/v1/models", "/models"})
@@ -55,23 +54,19 @@ class ServeApp:
     def __init__(
         self,
         config: ServeConfig,
-        launcher: Launcher,
-        supervisor: Supervisor,
+        primary: Backend,
         served_id: str,
-        upstream_key: str,
         session: aiohttp.ClientSession,
+        router=None,
     ) -> None:
         self.config = config
-        self.info = launcher.info
-        self.launcher = launcher
-        self.supervisor = supervisor
+        self.primary = primary
+        self.info = primary.launcher.info
+        self.supervisor = primary.supervisor  # /health and /v1/models speak for the primary
+        self.router = router  # a LayaRouter with --laya: picks the backend per conversation
         self.served_id = served_id
         self.session = session
         self.created = int(time.time())
-        self._upstream_headers = {
-            "Content-Type": "application/json",
-            "Authorization": f"Bearer {upstream_key}",
-        }
         self._api_key = f"Bearer {config.api_key}".encode() if config.api_key else None
 
     def make_app(self) -> web.Application:
@@ -141,13 +136,15 @@ class ServeApp:
 
     # -- forwarded routes -----------------------------------------------------------------
 
-    def _not_ready(self) -> web.Response | None:
-        state = self.supervisor.state
+    @staticmethod
+    def _not_ready(backend: Backend) -> web.Response | None:
+        state = backend.supervisor.state
         if state == "ready":
             return None
         if state == "loading":
             return error_response(503, "the model is still loading", "model_loading")
-        return error_response(502, f"executor failed: {self.supervisor.failure}", "executor_failed")
+        return error_response(502, f"executor failed: {backend.supervisor.failure}",
+                              "executor_failed")
 
     async def _read_body(self, request: web.Request) -> bytes | web.Response:
         length = request.content_length
@@ -175,16 +172,20 @@ class ServeApp:
             return error_response(
                 400, f"missing required field: {', '.join(missing)}", "missing_field"
             )
-        busy = self._not_ready()
+        backend, extra_headers = self.primary, {}
+        if self.router is not None and upstream_path in REWRITE_MODEL:
+            backend, header = await self.router.route(payload)
+            extra_headers = {"X-1bit-Route": header}
+        busy = self._not_ready(backend)
         if busy is not None:
             return busy
-        rewritten = self.launcher.rewrite_body(payload)
+        rewritten = backend.launcher.rewrite_body(payload)
         if rewritten is not None:
             body = json.dumps(rewritten).encode()
         if payload.get("stream") is True:
-            return await self._relay_stream(request, upstream_path, body)
-        url = self.supervisor.base_url + upstream_path
-        return await self._relay(url, "POST", body, rewrite=upstream_path in REWRITE_MODEL)
+            return await self._relay_stream(request, backend, upstream_path, body, extra_headers)
+        return await self._relay(backend, backend.base_url + upstream_path, "POST", body,
+                                 rewrite=upstream_path in REWRITE_MODEL, headers=extra_headers)
 
     async def extra(self, request: web.Request) -> web.StreamResponse:
         body = b""
@@ -193,27 +194,29 @@ class ServeApp:
             if isinstance(read, web.Response):
                 return read
             body = read
-        busy = self._not_ready()
+        busy = self._not_ready(self.primary)
         if busy is not None:
             return busy
-        url = self.supervisor.base_url + request.rel_url.path_qs
-        return await self._relay(url, request.method, body, rewrite=False)
+        url = self.primary.base_url + request.rel_url.path_qs
+        return await self._relay(self.primary, url, request.method, body, rewrite=False)
 
-    async def _send(self, method: str, url: str, body: bytes) -> aiohttp.ClientResponse:
+    async def _send(self, backend: Backend, method: str, url: str,
+                    body: bytes) -> aiohttp.ClientResponse:
         """Send upstream; retry once when a pooled keep-alive connection turns out closed."""
         for attempt in (0, 1):
             try:
                 return await self.session.request(
-                    method, url, data=body or None, headers=self._upstream_headers
+                    method, url, data=body or None, headers=backend.headers
                 )
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 if attempt or isinstance(exc, aiohttp.ClientConnectorError):
                     raise
         raise AssertionError("unreachable")
 
-    async def _relay(self, url: str, method: str, body: bytes, rewrite: bool) -> web.Response:
+    async def _relay(self, backend: Backend, url: str, method: str, body: bytes, rewrite: bool,
+                     headers: dict | None = None) -> web.Response:
         try:
-            up = await self._send(method, url, body)
+            up = await self._send(backend, method, url, body)
             try:
                 data = await up.read()
             finally:
@@ -221,11 +224,12 @@ class ServeApp:
         except asyncio.TimeoutError:
             return error_response(502, self._silence(), "executor_timeout")
         except aiohttp.ClientError as exc:
-            return error_response(502, self._upstream_failure(exc), "executor_failed")
+            return error_response(502, self._upstream_failure(backend, exc), "executor_failed")
         status, ctype = up.status, up.headers.get("Content-Type", "application/json")
         if rewrite and status == 200:
             data = self._rewrite_model(data)
-        return web.Response(status=status, body=data, headers={"Content-Type": ctype})
+        return web.Response(status=status, body=data,
+                            headers={"Content-Type": ctype, **(headers or {})})
 
     def _rewrite_model(self, data: bytes) -> bytes:
         try:
@@ -238,15 +242,16 @@ class ServeApp:
         return data
 
     async def _relay_stream(
-        self, request: web.Request, upstream_path: str, body: bytes
+        self, request: web.Request, backend: Backend, upstream_path: str, body: bytes,
+        extra_headers: dict,
     ) -> web.StreamResponse:
-        relay = StreamRelay(self._request_bytes(upstream_path, body))
+        relay = StreamRelay(self._request_bytes(backend, upstream_path, body))
         try:
             await asyncio.get_running_loop().create_connection(
-                lambda: relay, "127.0.0.1", self.supervisor.spec.port
+                lambda: relay, "127.0.0.1", backend.port
             )
         except OSError as exc:
-            return error_response(502, self._upstream_failure(exc), "executor_failed")
+            return error_response(502, self._upstream_failure(backend, exc), "executor_failed")
         try:
             try:
                 await self._quiet_wait(relay, relay.head)
@@ -255,12 +260,13 @@ class ServeApp:
                     await self._quiet_wait(relay, relay.done)
                     ctype = relay.headers.get("content-type", "application/json")
                     return web.Response(status=relay.status, body=relay.collected(),
-                                        headers={"Content-Type": ctype})
+                                        headers={"Content-Type": ctype, **extra_headers})
             except asyncio.TimeoutError:
                 return error_response(502, self._silence(), "executor_timeout")
             except UpstreamError as exc:
-                return error_response(502, self._upstream_failure(exc), "executor_failed")
-            resp = web.StreamResponse(status=200, headers=STREAM_HEADERS)
+                return error_response(502, self._upstream_failure(backend, exc),
+                                      "executor_failed")
+            resp = web.StreamResponse(status=200, headers={**STREAM_HEADERS, **extra_headers})
             resp.content_type = relay.headers.get("content-type", "text/event-stream").split(";")[0]
             resp.enable_chunked_encoding()
             await resp.prepare(request)  # sends the head now, so raw body bytes follow it
@@ -270,7 +276,7 @@ class ServeApp:
             try:
                 finished = await self._quiet_wait(relay, relay.done)
                 failure = None if finished else self._upstream_failure(
-                    UpstreamError("the executor closed the stream before its end"))
+                    backend, UpstreamError("the executor closed the stream before its end"))
             except asyncio.TimeoutError:
                 failure = self._silence()
             if failure is not None:
@@ -283,10 +289,11 @@ class ServeApp:
         finally:
             relay.close()
 
-    def _request_bytes(self, path: str, body: bytes) -> bytes:
+    @staticmethod
+    def _request_bytes(backend: Backend, path: str, body: bytes) -> bytes:
         head = (
-            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.supervisor.spec.port}\r\n"
-            f"Authorization: {self._upstream_headers['Authorization']}\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{backend.port}\r\n"
+            f"Authorization: Bearer {backend.upstream_key}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
             "Connection: close\r\n\r\n"
         )
@@ -306,8 +313,9 @@ class ServeApp:
     def _silence(self) -> str:
         return f"executor sent nothing for {self.config.executor_timeout:g} s"
 
-    def _upstream_failure(self, exc: BaseException) -> str:
-        why = self.supervisor.failure or f"{type(exc).__name__}: {exc}".rstrip(": ")
+    @staticmethod
+    def _upstream_failure(backend: Backend, exc: BaseException) -> str:
+        why = backend.supervisor.failure or f"{type(exc).__name__}: {exc}".rstrip(": ")
         return f"executor failed: {why}"
 
 

@@ -1,0 +1,28 @@
+"""One executor behind serve: its launcher, its supervisor and the key its private port wants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lemonade_onebit.backends.base import Launcher
+from lemonade_onebit.serve.supervisor import Supervisor
+
+
+@dataclass
+class Backend:
+    device: str
+    launcher: Launcher
+    supervisor: Supervisor
+    upstream_key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Content-Type": "application/json", "Authorization": f"Bearer {self.upstream_key}"}
+
+    @property
+    def base_url(self) -> str:
+        return self.supervisor.base_url
+
+    @property
+    def port(self) -> int:
+        return self.supervisor.spec.port
