@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lemonade_onebit.backends.base import Launcher
 from lemonade_onebit.serve.supervisor import Supervisor
@@ -14,10 +14,11 @@ class Backend:
     launcher: Launcher
     supervisor: Supervisor
     upstream_key: str
+    headers: dict[str, str] = field(init=False)  # built once: every forwarded request sends them
 
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Content-Type": "application/json", "Authorization": f"Bearer {self.upstream_key}"}
+    def __post_init__(self) -> None:
+        self.headers = {"Content-Type": "application/json",
+                        "Authorization": f"Bearer {self.upstream_key}"}
 
     @property
     def base_url(self) -> str:
