@@ -91,7 +91,7 @@ def build() -> list[dict]:
     out = [{"class": "code", "text": t, "source": "hand"} for t in cases.CODE]
     out += [{"class": "prose", "text": t, "source": "hand"} for t in cases.PROSE]
     out += [{"class": "short", "text": t, "source": "hand"} for t in cases.SHORT]
-    out += [{"class": c, "text": t, "source": "hard"} for c, t in cases.HARD + cases.MORE]
+    out += [{"class": c, "text": t, "source": "hard"} for c, t in cases.HARD + cases.MORE + cases.MORE2]
     for _ in range(110):
         out.append({"class": "code", "source": "generated", "text": r.choice(CODE_FORMS).format(
             lang=r.choice(LANGS), task=r.choice(TASKS))})
