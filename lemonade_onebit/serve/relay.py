@@ -9,11 +9,46 @@ that an error event can be inserted at a chunk boundary.
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import time
 
 
 class UpstreamError(Exception):
     """The executor's connection failed or broke its HTTP framing."""
+
+
+async def open_relay(relay: "StreamRelay", host: str, port: int) -> None:
+    """Connect `relay` to the executor, sending its request in this very step where it can.
+
+    On loopback the handshake completes inside connect(), so the request can go out at once
+    instead of one event-loop turn later, after every other request that arrived meanwhile has
+    been parsed. That keeps a burst of requests as close together at the executor as they came:
+    llama-server takes waiting requests into its slots per decode step, and a burst whose first
+    request arrives alone leaves one slot out of step with the rest for the whole burst.
+    Raises OSError when the executor cannot be reached.
+    """
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.connect((host, port))
+        except BlockingIOError:
+            pass
+        try:
+            sent = sock.send(relay._request)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.ENOTCONN):
+                raise
+            await loop.sock_connect(sock, (host, port))  # not connected yet: wait for it
+            sent = 0
+        relay._request = relay._request[sent:]
+        await loop.create_connection(lambda: relay, sock=sock)
+    except BaseException:
+        sock.close()
+        raise
 
 
 class StreamRelay(asyncio.Protocol):
@@ -26,7 +61,7 @@ class StreamRelay(asyncio.Protocol):
 
     def __init__(self, request: bytes) -> None:
         loop = asyncio.get_running_loop()
-        self._request = request
+        self._request = request  # what connection_made still has to write
         self.head: asyncio.Future[None] = loop.create_future()
         self.done: asyncio.Future[bool] = loop.create_future()
         self.status = 0
@@ -49,7 +84,9 @@ class StreamRelay(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
-        transport.write(self._request)
+        if self._request:
+            transport.write(self._request)
+        self._request = b""
 
     def data_received(self, data: bytes) -> None:
         self.last_data = time.monotonic()
