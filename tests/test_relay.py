@@ -14,7 +14,7 @@ import socket
 import pytest
 
 from lemonade_onebit.serve import relay as relay_module
-from lemonade_onebit.serve.relay import StreamRelay, dechunk, open_relay
+from lemonade_onebit.serve.relay import StreamRelay, dechunk
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 EVENTS = [b"data: {\"n\":1}\n\n", b"data: {\"n\":2}\n\n", b"data: [DONE]\n\n"]
@@ -48,7 +48,7 @@ async def _relay(reply: bytes, split: int | None = None, attach_after_close: boo
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     relay = StreamRelay(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
-    await open_relay(relay, "127.0.0.1", port)
+    await relay.open("127.0.0.1", port)
     await relay.head
     if attach_after_close:
         await asyncio.sleep(0.2)  # the whole reply and the close arrive before the sink
@@ -97,7 +97,7 @@ def test_dechunk_inverts_framing():
 
 
 async def _received(request: bytes) -> bytes:
-    """Send `request` through open_relay to a server that records it and answers an empty 200."""
+    """Send `request` through StreamRelay.open to a server that records it and answers an empty 200."""
     got = bytearray()
 
     async def answer(reader, writer):
@@ -111,7 +111,7 @@ async def _received(request: bytes) -> bytes:
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     relay = StreamRelay(request)
-    await open_relay(relay, "127.0.0.1", port)
+    await relay.open("127.0.0.1", port)
     relay.collect()
     assert await asyncio.wait_for(relay.done, 10) is True
     server.close()
@@ -151,7 +151,7 @@ def test_an_executor_not_listening_raises_oserror():
         port = s.getsockname()[1]
 
     async def go():
-        await open_relay(StreamRelay(_request(b"{}")), "127.0.0.1", port)
+        await StreamRelay(_request(b"{}")).open("127.0.0.1", port)
 
     with pytest.raises(OSError):
         asyncio.run(go())

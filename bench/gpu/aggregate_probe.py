@@ -128,7 +128,7 @@ def cpu_seconds(procs: dict[str, psutil.Process]) -> dict[str, float]:
     return out
 
 
-def busiest_thread(proc: psutil.Process) -> dict[int, float]:
+def thread_times(proc: psutil.Process) -> dict[int, float]:
     return {t.id: t.user_time + t.system_time for t in proc.threads()}
 
 
@@ -146,13 +146,13 @@ async def run(urls: dict[str, str], procs: dict[str, psutil.Process], reps: int)
                 for name in order:
                     before = cpu_seconds(procs)
                     llama = procs[EXECUTOR[name]]
-                    threads0 = busiest_thread(llama)
+                    threads0 = thread_times(llama)
                     t0 = time.perf_counter()
                     streams = await asyncio.gather(
                         *(one_stream(session, urls[name], tokens, t0) for _ in range(n)))
                     wall = time.perf_counter() - t0
                     after = cpu_seconds(procs)
-                    threads1 = busiest_thread(llama)
+                    threads1 = thread_times(llama)
                     deltas = sorted((threads1[k] - v for k, v in threads0.items() if k in threads1),
                                     reverse=True)
                     records.append({

@@ -18,7 +18,7 @@ from aiohttp import web
 from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.serve.backend import Backend
 from lemonade_onebit.serve.errors import error_event, error_response
-from lemonade_onebit.serve.relay import StreamRelay, UpstreamError, open_relay
+from lemonade_onebit.serve.relay import StreamRelay, UpstreamError
 
 HEALTH_PATHS = frozenset({"/health", "/v1/health"})
 MODELS_PATHS = frozenset({"/v1/models", "/models"})
@@ -247,7 +247,7 @@ class ServeApp:
     ) -> web.StreamResponse:
         relay = StreamRelay(self._request_bytes(backend, upstream_path, body))
         try:
-            await open_relay(relay, "127.0.0.1", backend.port)
+            await relay.open("127.0.0.1", backend.port)
         except OSError as exc:
             return error_response(502, self._upstream_failure(backend, exc), "executor_failed")
         try:

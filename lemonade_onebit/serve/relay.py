@@ -18,39 +18,6 @@ class UpstreamError(Exception):
     """The executor's connection failed or broke its HTTP framing."""
 
 
-async def open_relay(relay: "StreamRelay", host: str, port: int) -> None:
-    """Connect `relay` to the executor, sending its request in this very step where it can.
-
-    On loopback the handshake completes inside connect(), so the request can go out at once
-    instead of one event-loop turn later, after every other request that arrived meanwhile has
-    been parsed. That keeps a burst of requests as close together at the executor as they came:
-    llama-server takes waiting requests into its slots per decode step, and a burst whose first
-    request arrives alone leaves one slot out of step with the rest for the whole burst.
-    Raises OSError when the executor cannot be reached.
-    """
-    loop = asyncio.get_running_loop()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            sock.connect((host, port))
-        except BlockingIOError:
-            pass
-        try:
-            sent = sock.send(relay._request)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.ENOTCONN):
-                raise
-            await loop.sock_connect(sock, (host, port))  # not connected yet: wait for it
-            sent = 0
-        relay._request = relay._request[sent:]
-        await loop.create_connection(lambda: relay, sock=sock)
-    except BaseException:
-        sock.close()
-        raise
-
-
 class StreamRelay(asyncio.Protocol):
     """One streamed POST to the executor.
 
@@ -79,6 +46,38 @@ class StreamRelay(asyncio.Protocol):
         self._received = 0
         self._need = 0  # bytes left in the current chunk, its CRLF included
         self._size_line = b""  # a chunk-size line split across reads, not yet forwarded
+
+    async def open(self, host: str, port: int) -> None:
+        """Connect to the executor, sending the request in this very step where it can.
+
+        On loopback the handshake completes inside connect(), so the request can go out at once
+        instead of one event-loop turn later, after every other request that arrived meanwhile
+        has been parsed. That keeps a burst of requests as close together at the executor as
+        they came: llama-server takes waiting requests into its slots per decode step, and a
+        burst whose first request arrives alone leaves one slot out of step with the rest for
+        the whole burst. Raises OSError when the executor cannot be reached.
+        """
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                sock.connect((host, port))
+            except BlockingIOError:
+                pass
+            try:
+                sent = sock.send(self._request)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.ENOTCONN):
+                    raise
+                await loop.sock_connect(sock, (host, port))  # not connected yet: wait for it
+                sent = 0
+            self._request = self._request[sent:]
+            await loop.create_connection(lambda: self, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
