@@ -4,7 +4,8 @@ What `huggingface_hub` uses of the real hub: repo info (`/api/models/ORG/REPO`),
 (`/api/models/ORG/REPO/tree/REV`, with LFS sha256 and git blob ids), and `resolve` URLs answering
 HEAD and GET with `X-Repo-Commit`, `ETag`/`X-Linked-Etag`, `X-Linked-Size` and `Range`. Missing
 repos and files answer 404 with the hub's `X-Error-Code`. Knobs for tests: cut a file's first
-download after N bytes, serve bytes that do not match the advertised checksum, limit the rate.
+download after N bytes, serve bytes that do not match the advertised checksum, limit the rate,
+answer a `Range` with the whole file (as a server without range support does).
 Point a client at it with `HF_ENDPOINT=http://127.0.0.1:PORT`.
 """
 
@@ -59,6 +60,7 @@ class Hub:
         self.cut_after: dict[str, int] = {}  # path in repo → bytes sent before the first cut
         self.corrupt: set[str] = set()  # paths served with one byte changed
         self.rate: float | None = None  # bytes per second, None for as fast as possible
+        self.ignore_range = False  # answer every GET with 200 and the whole file
         self.private: dict[str, str] = {}  # repo → the token it answers to
         self._server: ThreadingHTTPServer | None = None
 
@@ -178,7 +180,7 @@ class _Handler(BaseHTTPRequestHandler):
         if f is None:
             return self._missing("EntryNotFound", f"{path} does not exist on main")
         start, end = 0, f.size - 1
-        rng = self.headers.get("Range")
+        rng = None if self.hub.ignore_range else self.headers.get("Range")
         if rng:
             m = re.match(r"bytes=(\d+)-(\d*)$", rng)
             if not m or int(m.group(1)) >= f.size:

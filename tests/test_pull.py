@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -109,13 +110,95 @@ def test_a_killed_pull_continues_where_it_stopped(hub, env, tmp_path):
     first.send_signal(signal.SIGKILL)
     first.wait()
     assert 2 * MIB <= had < 8 * MIB
+    (part,) = blobs.glob("*.incomplete")  # exactly the bytes received, as other tools expect
+    kept = part.read_bytes()
+    assert had <= len(kept) < len(data) and kept == data[:len(kept)]
     hub.rate = None
     out = onebit("pull", "org/big-GGUF:Q4_0", "--json", env=env)
     assert out.returncode == 0, out.stderr
     assert Path(json.loads(out.stdout)["files"][0]).read_bytes() == data
-    ranges = hub.gets("big-Q4_0.gguf")
-    assert len(ranges) == 2 and ranges[0] is None
-    assert int(ranges[1].removeprefix("bytes=").rstrip("-")) >= had
+    assert hub.gets("big-Q4_0.gguf") == [None, f"bytes={len(kept)}-"]
+
+
+def test_a_stopped_pull_leaves_exactly_the_bytes_received_under_the_cache_name(hub, env,
+                                                                                tmp_path):
+    data = gguf_bytes(8 * MIB)
+    hub.add("org/big-GGUF", "big-Q4_0.gguf", data)
+    hub.rate = 2 * MIB
+    first = subprocess.Popen([ONEBIT, "pull", "org/big-GGUF:Q4_0"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    blobs = tmp_path / "hf-cache" / "models--org--big-GGUF" / "blobs"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (blobs.is_dir() and any(blobs.iterdir())):
+        time.sleep(0.05)
+    time.sleep(1)
+    first.send_signal(signal.SIGINT)
+    assert first.wait(timeout=10) == 130, first.stderr.read()
+    (part,) = blobs.iterdir()
+    assert part.name.endswith(".incomplete")
+    kept = part.read_bytes()
+    assert 0 < len(kept) < len(data) and kept == data[:len(kept)]
+
+
+def test_a_server_that_ignores_range_sends_the_whole_file_again(hub, env):
+    data = gguf_bytes(24 * MIB)
+    hub.add("org/m-GGUF", "m-Q4_0.gguf", data)
+    hub.cut_after["m-Q4_0.gguf"] = 20 * MIB
+    hub.ignore_range = True
+    out = onebit("pull", "org/m-GGUF:Q4_0", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    assert Path(json.loads(out.stdout)["files"][0]).read_bytes() == data
+    assert hub.gets("m-Q4_0.gguf") == [None, f"bytes={20 * MIB}-"]
+
+
+def test_where_splice_is_missing_the_file_is_written_from_buffers(hub, tmp_path, monkeypatch):
+    """The path of HTTPS and of systems without splice (macOS): a cut and a resume included."""
+    from lemonade_onebit.catalog.download import fetch
+
+    data = gguf_bytes(6 * MIB + 12345)
+    f = hub.add("org/m-GGUF", "m-Q4_0.gguf", data)
+    hub.cut_after["m-Q4_0.gguf"] = 3 * MIB + 7
+    monkeypatch.delattr(os, "splice")
+    blob = tmp_path / "blob"
+    got = fetch(f"{hub.url}/org/m-GGUF/resolve/main/m-Q4_0.gguf", blob, tmp_path / "lock",
+                f.size, f.sha256, {}, Bar())
+    assert got == f.sha256 and blob.read_bytes() == data
+    assert hub.gets("m-Q4_0.gguf") == [None, f"bytes={3 * MIB + 7}-"]
+
+
+def test_a_file_that_takes_no_spliced_bytes_is_written_from_buffers(hub, tmp_path, monkeypatch):
+    """The kernel refuses to splice into a file opened for appending (EINVAL), as it does for
+    file systems without splice: what the pipe holds is written, then the rest from buffers."""
+    from lemonade_onebit.catalog import download
+
+    data = gguf_bytes(5 * MIB + 999)
+    f = hub.add("org/m-GGUF", "m-Q4_0.gguf", data)
+    real_open = os.open
+    monkeypatch.setattr(download.os, "open", lambda path, flags, *a: real_open(
+        path, flags | os.O_APPEND, *a))
+    blob = tmp_path / "blob"
+    got = download.fetch(f"{hub.url}/org/m-GGUF/resolve/main/m-Q4_0.gguf", blob,
+                         tmp_path / "lock", f.size, f.sha256, {}, Bar())
+    assert got == f.sha256 and blob.read_bytes() == data
+    assert hub.gets("m-Q4_0.gguf") == [None]
+
+
+def test_a_partial_file_longer_than_the_file_is_started_again(hub, tmp_path):
+    from lemonade_onebit.catalog.download import fetch
+
+    data = gguf_bytes(100_000)
+    f = hub.add("org/m-GGUF", "m-Q4_0.gguf", data)
+    blob = tmp_path / "blob"
+    (tmp_path / "blob.incomplete").write_bytes(b"x" * 200_000)
+    got = fetch(f"{hub.url}/org/m-GGUF/resolve/main/m-Q4_0.gguf", blob, tmp_path / "lock",
+                f.size, f.sha256, {}, Bar())
+    assert got == f.sha256 and blob.read_bytes() == data
+    assert hub.gets("m-Q4_0.gguf") == [None]
+
+
+class Bar:
+    def update(self, n):
+        pass
 
 
 def test_a_checksum_mismatch_deletes_the_file_and_says_so(hub, env, tmp_path):
@@ -212,19 +295,61 @@ def test_a_full_disk_is_refused_before_downloading(hub, env, monkeypatch, tmp_pa
     assert hub.gets("m-Q4_0.gguf") == []
 
 
-def test_a_disk_that_fills_during_the_download_stops_with_disk_full(hub, tmp_path):
+def test_a_disk_that_fills_during_a_written_download_stops_with_disk_full(hub, tmp_path):
+    """/dev/full takes no spliced bytes, so they are written, and every write fails with
+    ENOSPC."""
     from lemonade_onebit.catalog.download import fetch
     from lemonade_onebit.errors import RunError
 
     f = hub.add("org/m-GGUF", "m-Q4_0.gguf", gguf_bytes(50_000))
     blob = tmp_path / "blob"
-    (tmp_path / "blob.incomplete").symlink_to("/dev/full")  # every write fails with ENOSPC
-
-    class Bar:
-        def update(self, n):
-            pass
-
+    (tmp_path / "blob.incomplete").symlink_to("/dev/full")
     with pytest.raises(RunError, match="disk full while writing .*pull again to continue"):
         fetch(f"{hub.url}/org/m-GGUF/resolve/main/m-Q4_0.gguf", blob, tmp_path / "lock",
               f.size, None, {}, Bar())
     assert not blob.exists()
+
+
+FILL_A_SMALL_DISK = """
+import json, os, sys
+from pathlib import Path
+from lemonade_onebit.catalog.download import fetch
+from lemonade_onebit.errors import RunError
+
+url, disk, source, size, sha = sys.argv[1:]
+class Bar:
+    def update(self, n):
+        pass
+try:
+    fetch(url, Path(disk, "blob"), Path(disk, "lock"), int(size), sha, {}, Bar())
+    error = None
+except RunError as exc:
+    error = str(exc)
+files = {p: os.path.getsize(Path(disk, p)) for p in os.listdir(disk)}
+part = Path(disk, "blob.incomplete")
+kept = part.read_bytes() if part.exists() else b""
+print(json.dumps({"error": error, "files": files,
+                  "kept_is_the_start": kept == Path(source).read_bytes()[:len(kept)]}))
+"""
+
+
+def test_a_disk_that_fills_during_a_spliced_download_stops_with_disk_full(hub, tmp_path):
+    """A real 20 MiB file system (tmpfs, mounted in a user namespace) and a 40 MiB file."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no user namespaces here to mount a small file system in")
+    data = gguf_bytes(40 * MIB)
+    f = hub.add("org/m-GGUF", "m-Q4_0.gguf", data)
+    disk = tmp_path / "small-disk"
+    disk.mkdir()
+    out = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=20m none "$1" && shift && '
+         'exec "$@"', "sh", str(disk), sys.executable, "-c", FILL_A_SMALL_DISK,
+         f"{hub.url}/org/m-GGUF/resolve/main/m-Q4_0.gguf", str(disk), str(f.source),
+         str(f.size), f.sha256], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert "disk full while writing" in report["error"]
+    assert "pull again to continue" in report["error"]
+    assert set(report["files"]) == {"lock", "blob.incomplete"}
+    assert 16 * MIB < report["files"]["blob.incomplete"] <= 20 * MIB
+    assert report["kept_is_the_start"]

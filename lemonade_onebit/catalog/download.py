@@ -2,9 +2,16 @@
 
 `huggingface_hub` resolves the URL, the token, the commit and the file's etag and size (a HEAD);
 the transfer is ours, because the library discards a partial file when its process ends. The
-partial file is `blobs/<etag>.incomplete` (the cache's own name for it), guarded by the cache's
-lock file (`.locks/models--ORG--REPO/<etag>.lock`) so two pulls never write it at once; a later pull asks for the rest with `Range`. The sha256 is computed
-while the bytes arrive, so checking a large file costs no second read.
+partial file is `blobs/<etag>.incomplete` (the cache's own name for it) and holds exactly the
+bytes received, whatever ends the pull; it is guarded by the cache's lock file
+(`.locks/models--ORG--REPO/<etag>.lock`) so two pulls never write it at once, and a later pull asks
+for the rest with `Range`. The sha256 is computed on a second thread while the bytes arrive, so
+checking a large file costs no second read.
+
+Over plain HTTP on Linux (a mirror on the local network, `HF_ENDPOINT`) the kernel moves the bytes
+from the socket into the file with `splice`, and the hasher reads them back through a read-only
+map of the file's pages: no copy through this process. Elsewhere (HTTPS, other systems) they are
+read into a ring of buffers and written from there.
 """
 
 from __future__ import annotations
@@ -13,8 +20,11 @@ import errno
 import fcntl
 import hashlib
 import http.client
+import mmap
 import os
 import queue
+import select
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -22,10 +32,11 @@ from urllib.parse import urljoin, urlsplit
 
 from lemonade_onebit.errors import RunError
 
-BLOCK = 1 << 20
+BLOCK = 1 << 20  # bytes per hand-off to the hasher
 QUEUE = 32  # blocks waiting to be hashed
 RING = QUEUE + 3  # buffers reused in turn: never one still queued or being hashed
 RETRIES = 5
+F_SETPIPE_SZ = 1031  # fcntl: the pipe's capacity (Linux)
 
 
 class Hasher:
@@ -52,10 +63,6 @@ class Hasher:
 
 class Cut(Exception):
     """The connection ended before the file did; the bytes so far are kept."""
-
-
-class Restart(Exception):
-    """The server ignored the Range and sent the whole file: the partial file was emptied."""
 
 
 def _open(url: str, headers: dict, auth: dict, timeout: float):
@@ -89,68 +96,178 @@ def fetch(url: str, blob: Path, lock_path: Path, size: int, sha256: str | None, 
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise RunError(f"another pull is downloading {blob.name}; wait for it") from None
-        digest = Hasher() if sha256 else None
-        with open(part, "ab+") as out:
-            out.seek(0)
-            if digest is not None:
-                while block := out.read(BLOCK):
-                    digest.update(block)
-            have = out.seek(0, os.SEEK_END)
+        fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size > size:  # not the start of this file: begin again
+                os.ftruncate(fd, 0)
+            digest = _resume(fd, sha256)
+            have = os.fstat(fd).st_size
             progress.update(have)
             tries = 0
             while have < size:
                 try:
-                    have = _transfer(url, out, have, size, digest, auth, progress, timeout)
-                except Restart:
-                    if digest is not None:
-                        digest.hexdigest()  # ends its thread
-                    digest = Hasher() if sha256 else None
-                    progress.update(-have)
-                    have = 0
+                    conn, resp = _get(url, have, auth, timeout)
+                    try:
+                        if resp.status == 200 and have:  # the Range was ignored: all again
+                            if digest is not None:
+                                digest.hexdigest()  # ends its thread, done with the old bytes
+                                digest = Hasher()
+                            progress.update(-have)
+                            os.ftruncate(fd, 0)
+                            have = 0
+                        _receive(conn, resp, fd, have, size, digest, progress)
+                    finally:
+                        conn.close()
                 except (OSError, http.client.HTTPException, Cut) as exc:
-                    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
                         raise RunError(f"disk full while writing {part}; the bytes so far are "
                                        f"kept: free some space and pull again to continue") from None
                     tries += 1
                     if tries > RETRIES:
-                        raise RunError(f"{exc}; the {have} bytes so far are kept: pull again "
-                                       f"to continue") from None
+                        raise RunError(f"{exc}; the {os.fstat(fd).st_size} bytes so far are "
+                                       f"kept: pull again to continue") from None
                     time.sleep(min(2 ** tries * 0.1, 2))
-                    have = out.seek(0, os.SEEK_END)
+                have = os.fstat(fd).st_size
             if have != size:
                 raise RunError(f"{blob.name}: got {have} bytes, the hub says {size}")
-            out.flush()
+        finally:
+            os.close(fd)
         os.replace(part, blob)
         return digest.hexdigest() if digest is not None else None
     finally:
         lock.close()
 
 
-def _transfer(url, out, have: int, size: int, digest, auth, progress, timeout) -> int:
+def _resume(fd: int, sha256: str | None) -> Hasher | None:
+    """A hasher that has seen the bytes an earlier pull left (None when nothing is checked)."""
+    if not sha256:
+        return None
+    digest = Hasher()
+    at = 0
+    while block := os.pread(fd, BLOCK, at):
+        digest.update(block)
+        at += len(block)
+    return digest
+
+
+def _get(url: str, have: int, auth: dict, timeout: float):
+    """GET the file from byte `have` on; a server may answer 200 with all of it instead."""
     headers = {"Accept-Encoding": "identity"}
     if have:
         headers["Range"] = f"bytes={have}-"
     conn, resp = _open(url, headers, auth, timeout)
+    if resp.status not in (200, 206):
+        conn.close()
+        raise RunError(f"{url} answered {resp.status} {resp.reason}")
+    return conn, resp
+
+
+def _receive(conn, resp, fd: int, have: int, size: int, digest: Hasher | None, progress) -> None:
+    """The body of `resp` into `fd` from offset `have` until the file is `size` bytes."""
+    if hasattr(os, "splice") and not isinstance(conn.sock, ssl.SSLSocket) and not resp.chunked:
+        # what http.client already read past the headers, then the rest straight from the socket
+        head = resp.fp.read1(min(BLOCK, size - have))
+        if not head:
+            raise Cut(f"the connection closed at byte {have} of {size}")
+        have = _write(fd, head, have, digest, progress)
+        try:
+            return _splice(conn.sock, fd, have, size, digest, progress)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:  # EINVAL: this file cannot be spliced into
+                raise
+        have = os.fstat(fd).st_size
+    _copy(resp, fd, have, size, digest, progress)
+
+
+def _write(fd: int, data, at: int, digest: Hasher | None, progress) -> int:
+    """`data` into the file at `at`; the hasher and the bar get what was written, also when the
+    write fails part way. Returns the offset after it."""
+    done = 0
     try:
-        if resp.status == 200 and have:  # the server ignored the Range: start again
-            out.truncate(0)
-            raise Restart()
-        if resp.status not in (200, 206):
-            raise RunError(f"{url} answered {resp.status} {resp.reason}")
-        ring = [bytearray(BLOCK) for _ in range(RING)]
-        turn = 0
+        while done < len(data):
+            done += os.pwrite(fd, data[done:], at + done)
+    finally:
+        if digest is not None and done:
+            digest.update(data[:done])
+        progress.update(done)
+    return at + done
+
+
+def _copy(resp, fd: int, have: int, size: int, digest: Hasher | None, progress) -> None:
+    ring: list[bytearray] = []  # grows to RING buffers, then they are reused in turn
+    turn = 0
+    while have < size:
+        if turn < RING:
+            ring.append(bytearray(min(BLOCK, size - have)))
+        block = memoryview(ring[turn % RING])
+        turn += 1
+        n = resp.readinto(block[:size - have])
+        if not n:
+            raise Cut(f"the connection closed at byte {have} of {size}")
+        have = _write(fd, block[:n], have, digest, progress)
+
+
+def _splice(sock, fd: int, have: int, size: int, digest: Hasher | None, progress) -> None:
+    """Socket to pipe to file in the kernel; the hasher reads each block back from the file's
+    pages. Raises EINVAL, with nothing lost, where the file system cannot take spliced bytes."""
+    timeout = sock.gettimeout()
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    r, w = os.pipe()
+    hashed = have
+    try:
+        try:
+            fcntl.fcntl(w, F_SETPIPE_SZ, BLOCK)
+        except OSError:
+            pass  # the default capacity only means more calls
         while have < size:
-            block = ring[turn % RING]
-            turn += 1
-            n = resp.readinto(block)
+            try:
+                n = os.splice(sock.fileno(), w, min(BLOCK, size - have),
+                              flags=os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK)
+            except BlockingIOError:
+                if not poller.poll(None if timeout is None else timeout * 1000):
+                    raise TimeoutError(f"no bytes for {timeout:g} s") from None
+                continue
             if not n:
                 raise Cut(f"the connection closed at byte {have} of {size}")
-            data = memoryview(block)[:n]
-            out.write(data)
-            if digest is not None:
-                digest.update(data)
-            have += n
-            progress.update(n)
-        return have
+            try:
+                while n:
+                    moved = os.splice(r, fd, n, offset_dst=have, flags=os.SPLICE_F_MOVE)
+                    have += moved
+                    n -= moved
+                    progress.update(moved)
+            except OSError as exc:
+                if exc.errno == errno.EINVAL:  # write what the pipe holds before giving up
+                    if digest is not None:
+                        _hash_back(fd, hashed, have, digest)
+                    hashed = have  # _write hashes what it writes
+                    hashed = have = _write(fd, _drain(r, n), have, digest, progress)
+                raise
+            if digest is not None and have - hashed >= BLOCK:
+                _hash_back(fd, hashed, have, digest)
+                hashed = have
     finally:
-        conn.close()
+        os.close(r)
+        os.close(w)
+        if digest is not None:
+            _hash_back(fd, hashed, have, digest)
+
+
+def _drain(r: int, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        data += os.read(r, n - len(data))
+    return data
+
+
+def _hash_back(fd: int, start: int, end: int, digest: Hasher) -> None:
+    """Hand bytes start..end of the file to the hasher, through a read-only map of its pages."""
+    if end <= start:
+        return
+    base = start - start % mmap.ALLOCATIONGRANULARITY
+    try:
+        pages = memoryview(mmap.mmap(fd, end - base, offset=base, prot=mmap.PROT_READ))
+    except (OSError, ValueError):  # a file system that cannot map files
+        digest.update(os.pread(fd, end - start, start))
+        return
+    digest.update(pages[start - base:])
