@@ -12,6 +12,7 @@ end. llama-server answers a request's head when a slot takes it, so the heads sh
 
     python bench/gpu/aggregate_probe.py --llama-server BIN --model M.gguf --device cuda \
         [--reps 10] [--json out.json]
+    python bench/gpu/aggregate_probe.py --summarise out.json
 """
 
 from __future__ import annotations
@@ -166,6 +167,30 @@ async def run(urls: dict[str, str], procs: dict[str, psutil.Process], reps: int)
     return records
 
 
+SLOTS = 4  # llama-server's default parallel slots
+WAVE_GAP = 0.02  # s: response heads further apart than this came in different waves of the slots
+
+
+def out_of_step(records: list[dict], names: list[str]) -> list[str]:
+    """Per side, the bursts of 32 (after the first rep) whose heads came in more waves than
+    32 / SLOTS: a slot ran apart from the others. With their median tok/s and the others'."""
+    lines = []
+    for name in names:
+        rs = [r for r in records if r["side"] == name and r["n"] == 32 and r["rep"] > 0]
+        if not rs:
+            continue
+        apart, together = [], []
+        for r in rs:
+            heads = sorted(s["head"] for s in r["streams"])
+            waves = 1 + sum(1 for a, b in zip(heads, heads[1:]) if b - a > WAVE_GAP)
+            (apart if waves > 32 // SLOTS else together).append(r["tps"])
+        tps = [f"{label} {statistics.median(xs):.0f} tok/s" for label, xs in
+               (("out of step", apart), ("in step", together)) if xs]
+        lines.append(f"32-stream bursts out of step, {name}: {len(apart)} of {len(rs)} "
+                     f"(median {', '.join(tps)})")
+    return lines
+
+
 def summarise(records: list[dict], names: list[str]) -> str:
     lines = ["| batch | " + " | ".join(f"{n} tok/s" for n in names) + " | "
              + " | ".join(f"{n}/direct" for n in names[1:]) + " |",
@@ -201,7 +226,7 @@ def summarise(records: list[dict], names: list[str]) -> str:
                 f"last first token {statistics.median(firsts) * 1e3:7.1f} ms, "
                 f"wall {statistics.median(ends) * 1e3:7.1f} ms; llama busiest thread {top:.2f}; "
                 + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
-    return "\n".join(lines + [""] + detail)
+    return "\n".join(lines + [""] + detail + [""] + out_of_step(records, names))
 
 
 def main() -> int:
@@ -212,7 +237,12 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--json", default="aggregate-probe.json")
+    parser.add_argument("--summarise", metavar="F", help="only summarise the records in F")
     args = parser.parse_args()
+    if args.summarise:
+        records = json.loads(Path(args.summarise).read_text())
+        print(summarise(records, list(dict.fromkeys(r["side"] for r in records))))
+        return 0
     if args.proxy:
         asyncio.run(_proxy(int(args.proxy[0]), args.proxy[1]))
         return 0

@@ -33,13 +33,13 @@ python3 bench/random_gguf.py --shape qwen3-0.6b \
 "$BIN/llama-quantize" "$WORK/qwen3-0.6b-random.f16.gguf" "$WORK/qwen3-0.6b-random.Q4_K_M.gguf" \
   Q4_K_M > "$OUT/quantize.log" 2>&1
 
-printf '<!-- overhead:start -->\n<!-- overhead:end -->\n' > "$OUT/cuda-route.md"
-python3 bench/overhead.py --device cuda --llama-server "$BIN/llama-server" \
-  --model "$WORK/qwen3-0.6b-random.Q4_K_M.gguf" --rounds "${ROUNDS:-5}" \
-  --readme "$OUT/cuda-route.md" --json "$OUT/cuda-route.json" 2>&1 | tail -n 20
-
 if [ "${PROBE:-0}" = 1 ]; then
   # Where concurrent streams lose tok/s behind a proxy: bench/gpu/aggregate_probe.py.
   PYTHONUNBUFFERED=1 python3 bench/gpu/aggregate_probe.py --device cuda --llama-server "$BIN/llama-server" \
     --model "$WORK/qwen3-0.6b-random.Q4_K_M.gguf" --reps "${ROUNDS:-8}" --json "$OUT/aggregate-probe.json"
+else
+  printf '<!-- overhead:start -->\n<!-- overhead:end -->\n' > "$OUT/cuda-route.md"
+  python3 bench/overhead.py --device cuda --llama-server "$BIN/llama-server" \
+    --model "$WORK/qwen3-0.6b-random.Q4_K_M.gguf" --rounds "${ROUNDS:-5}" \
+    --readme "$OUT/cuda-route.md" --json "$OUT/cuda-route.json" 2>&1 | tail -n 20
 fi
