@@ -1,0 +1,32 @@
+"""The pull benchmarks in bench/ run end to end at a small size (their figures are in docs/)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*argv: str) -> str:
+    out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is the benchmark's reference")
+def test_pull_speed_compares_pull_with_curl(tmp_path):
+    out = run("bench/pull_speed.py", "--mb", "3", "--rounds", "2", "--json", str(tmp_path / "r.json"))
+    assert "| transfer rate (MB/s) |" in out and "pull / curl" in out
+    assert (tmp_path / "r.json").is_file()
+
+
+def test_pull_phases_times_the_transfer_against_another_checkout():
+    out = run("bench/pull_phases.py", "--mb", "3", "--rounds", "2", "--before-tree", str(ROOT))
+    rows = [line for line in out.splitlines() if line.startswith(("| now |", "| before |"))]
+    assert len(rows) == 2
