@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -77,9 +78,10 @@ class Hub:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"{self._scheme}://127.0.0.1:{self._server.server_address[1]}"
 
-    def start(self) -> Hub:
+    def start(self, tls: ssl.SSLContext | None = None) -> Hub:
+        """Serve on a free port of 127.0.0.1; over HTTPS with `tls`, a server-side context."""
         hub = self
 
         class Handler(_Handler):
@@ -87,6 +89,9 @@ class Hub:
 
         Handler.hub = hub
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._scheme = "https" if tls else "http"
+        if tls:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self

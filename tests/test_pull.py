@@ -140,6 +140,41 @@ def test_a_stopped_pull_leaves_exactly_the_bytes_received_under_the_cache_name(h
     assert 0 < len(kept) < len(data) and kept == data[:len(kept)]
 
 
+@pytest.fixture
+def tls_hub(tmp_path):
+    """The hub over HTTPS with a self-signed certificate for 127.0.0.1, as the real hub is
+    reached; clients trust it through SSL_CERT_FILE."""
+    import shutil
+    import ssl
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    h = Hub(tmp_path / "tls-hub-files").start(tls=context)
+    h.cert = cert
+    yield h
+    h.stop()
+
+
+def test_a_pull_over_https_resumes_a_cut_connection(tls_hub, tmp_path):
+    data = gguf_bytes(6 * MIB)
+    tls_hub.add("org/m-GGUF", "m-Q4_0.gguf", data)
+    tls_hub.cut_after["m-Q4_0.gguf"] = 2 * MIB + 5
+    env = {**os.environ, "HF_ENDPOINT": tls_hub.url, "HF_HUB_CACHE": str(tmp_path / "hf-cache"),
+           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1",
+           "SSL_CERT_FILE": str(tls_hub.cert)}
+    assert tls_hub.url.startswith("https://")
+    out = onebit("pull", "org/m-GGUF:Q4_0", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    assert Path(json.loads(out.stdout)["files"][0]).read_bytes() == data
+    assert tls_hub.gets("m-Q4_0.gguf") == [None, f"bytes={2 * MIB + 5}-"]
+
+
 def test_a_server_that_ignores_range_sends_the_whole_file_again(hub, env):
     data = gguf_bytes(24 * MIB)
     hub.add("org/m-GGUF", "m-Q4_0.gguf", data)
