@@ -6,7 +6,8 @@ HEAD and GET with `X-Repo-Commit`, `ETag`/`X-Linked-Etag`, `X-Linked-Size` and `
 repos and files answer 404 with the hub's `X-Error-Code`. Knobs for tests: cut a file's first
 download after N bytes, serve bytes that do not match the advertised checksum, limit the rate,
 answer a `Range` with the whole file (as a server without range support does).
-Point a client at it with `HF_ENDPOINT=http://127.0.0.1:PORT`.
+Point a client at it with `HF_ENDPOINT=http://127.0.0.1:PORT`; `start(tls=context)` serves HTTPS
+instead, as the real hub is reached.
 """
 
 from __future__ import annotations
