@@ -143,10 +143,9 @@ def _resume(fd: int, sha256: str | None) -> Hasher | None:
     if not sha256:
         return None
     digest = Hasher()
-    at = 0
-    while block := os.pread(fd, BLOCK, at):
-        digest.update(block)
-        at += len(block)
+    kept = os.fstat(fd).st_size
+    for at in range(0, kept, BLOCK):
+        _hash_back(fd, at, min(at + BLOCK, kept), digest)
     return digest
 
 
@@ -240,7 +239,7 @@ def _splice(sock, fd: int, have: int, size: int, digest: Hasher | None, progress
                 if exc.errno == errno.EINVAL:  # write what the pipe holds before giving up
                     if digest is not None:
                         _hash_back(fd, hashed, have, digest)
-                    hashed = have  # _write hashes what it writes
+                    hashed = have  # from here _write hashes what it writes, also on failure
                     hashed = have = _write(fd, _drain(r, n), have, digest, progress)
                 raise
             if digest is not None and have - hashed >= BLOCK:
