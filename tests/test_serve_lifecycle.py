@@ -36,22 +36,24 @@ def _executor(serve) -> psutil.Process:
 
 
 def test_health_is_503_while_loading_then_200(start_serve, tmp_path, smollm2, llama_server):
-    slow = _script(tmp_path, "slow-llama-server", f'sleep 2\nexec "{llama_server}" "$@"')
+    gate = tmp_path / "gate"  # the executor starts loading only once the test creates it
+    slow = _script(tmp_path, "slow-llama-server",
+                   f'while [ ! -e "{gate}" ]; do sleep 0.05; done\nexec "{llama_server}" "$@"')
     serve = start_serve("-m", str(smollm2), "--llama-server", slow)
-    seen = []
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and 200 not in seen:
-        code = serve.health()
-        if code is not None:
-            seen.append(code)
-            if code == 503:
-                status, raw = http("GET", serve.url + "/health")
-                assert status == 503 and json.loads(raw)["status"] == "loading"
-                status, raw = http("POST", serve.url + "/v1/chat/completions",
-                                   {"messages": [{"role": "user", "content": "hi"}]})
-                assert status == 503 and json.loads(raw)["error"]["code"] == "model_loading"
+    while time.monotonic() < deadline and serve.health() is None:
         time.sleep(0.05)
-    assert 503 in seen and seen[-1] == 200
+    status, raw = http("GET", serve.url + "/health")
+    assert status == 503 and json.loads(raw)["status"] == "loading"
+    status, raw = http("POST", serve.url + "/v1/chat/completions",
+                       {"messages": [{"role": "user", "content": "hi"}]})
+    assert status == 503 and json.loads(raw)["error"]["code"] == "model_loading"
+    gate.touch()
+    seen = []
+    while time.monotonic() < deadline and 200 not in seen:
+        seen.append(serve.health())
+        time.sleep(0.05)
+    assert seen[-1] == 200
     assert "1bit serve: ready on http://127.0.0.1:" in serve.log()
 
 
