@@ -8,8 +8,6 @@ from lemonade_onebit.backends.base import Launcher
 from lemonade_onebit.config import EXECUTOR_OPTIONS, ROUTE_OPTIONS, ServeConfig
 from lemonade_onebit.errors import UsageError
 
-# Options this version of serve parses but whose feature has not landed; refused, never ignored.
-
 
 def stamp_route(config: ServeConfig, stamp: int | None) -> tuple[ServeConfig, str | None]:
     """A Hadamard-stamped Q4_0 file runs only on the lean ROCm route: force it, or refuse."""
