@@ -291,7 +291,7 @@ class ServeApp:
     def _request_bytes(backend: Backend, path: str, body: bytes) -> bytes:
         head = (
             f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{backend.port}\r\n"
-            f"Authorization: Bearer {backend.upstream_key}\r\n"
+            f"Authorization: {backend.headers['Authorization']}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
             "Connection: close\r\n\r\n"
         )

@@ -89,7 +89,8 @@ class LayaRouter:
         return made
 
     async def route(self, payload: dict):
-        """(backend, header) for the request, or an error response."""
+        """(backend, X-1bit-Route header) for the request; a device that cannot start falls
+        back to the default (or the primary) for this and later turns of the conversation."""
         klass, confidence, device = self.decide(payload)
         try:
             backend = await self._backend(device)
