@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from lemonade_onebit.errors import UsageError
 from lemonade_onebit.laya.model import CLASSES, LONG_DOC, classify
+from lemonade_onebit.validation import read_json
 
 ALL = (*CLASSES, LONG_DOC)
 
 
 def load_cases(path: str) -> list[dict]:
     try:
-        data = json.loads(Path(path).read_text())
+        data = read_json(Path(path))
         cases = data["cases"]
         bad = [c for c in cases if c.get("class") not in ALL or not isinstance(c.get("text"), str)]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -1,5 +1,5 @@
 """The Laya classifier: hashed word and character n-grams plus a few shape features, read by a
-multinomial logistic regression (`model.npz`, ~400 KB, trained by `train.py` from `data/laya/`).
+multinomial logistic regression (`model.npz`, ~100 KB, trained by `train.py` from `data/laya/`).
 
 Text of 1,024 characters (code points) or more is `long_doc` without the classifier. The rest is
 `code`, `prose` or `short`, with the softmax probability of the winner as the confidence.
