@@ -24,7 +24,7 @@ cmake --build "$SRC/build" -j16 --target llama-server llama-quantize >> "$OUT/bu
 echo "build: $(( $(date +%s) - start )) s" | tee -a "$OUT/gpu.txt"
 BIN="$SRC/build/bin"
 
-# uvloop is one of serve's dependencies; the GPU machine's Python lacks it.
+# uvloop is one of serve's dependencies: install the pinned one, whatever the image holds.
 python3 -m pip install -q --no-deps --no-index .cache/lemonade_onebit-*.whl .cache/uvloop-*.whl
 python3 -c 'import uvloop, aiohttp; print("uvloop", uvloop.__version__, "aiohttp", aiohttp.__version__)' | tee -a "$OUT/gpu.txt"
 export PYTHONPATH="$SRC/gguf-py"  # serve reads GGUF metadata with the gguf package
