@@ -4,7 +4,7 @@ STAMP  := $(VENV)/.setup-done
 PORT   ?= 8000
 MODEL  ?= SmolLM2-135M-Instruct-1bit
 
-.PHONY: setup serve test bench-overhead laya-model laya-eval clean
+.PHONY: setup serve test lint bench-overhead laya-model laya-eval clean
 
 setup: $(STAMP)
 
@@ -17,6 +17,12 @@ serve: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# The guards CI runs before the tests: lint, type check, import contracts (no cycle, the layers).
+lint: setup
+	$(VENV)/bin/ruff check lemonade_onebit tests bench scripts
+	$(VENV)/bin/mypy
+	$(VENV)/bin/python scripts/check_imports.py
 
 bench-overhead: setup
 	$(VENV)/bin/python bench/overhead.py $(BENCH_ARGS)

@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from lemonade_onebit.backends import launcher_for  # noqa: E402
 from lemonade_onebit.bench.common import wait_health  # noqa: E402
+from lemonade_onebit.catalog.resolve import resolve_model  # noqa: E402
 from lemonade_onebit.config import ServeConfig  # noqa: E402
-from lemonade_onebit.modelref import resolve_model  # noqa: E402
 from lemonade_onebit.serve import free_port  # noqa: E402
 
 DECODE_TOKENS = 128
@@ -236,7 +236,8 @@ def summarise(samples: dict[str, list[dict]], rss_mb: float, args) -> dict:
     summary["prompt_tps"] = prompt
     summary["prompt_ratio"] = prompt["serve"] / prompt["direct"]
     rows = [
-        (f"decode tok/s (1 stream, {DECODE_TOKENS} tokens)", f"{decode['direct']:.1f}", f"{decode['serve']:.1f}",
+        (f"decode tok/s (1 stream, {DECODE_TOKENS} tokens)", f"{decode['direct']:.1f}",
+         f"{decode['serve']:.1f}",
          f"ratio {summary['decode_ratio']:.3f} (IQR {summary['decode_ratio_iqr'][0]:.3f}–"
          f"{summary['decode_ratio_iqr'][1]:.3f})", "≥ 0.99", verdict(summary["decode_ratio"] >= 0.99)),
         ("prompt tok/s (~2,000 tokens, uncached, llama-server timings)",

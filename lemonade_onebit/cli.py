@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import os
-import shlex
 import sys
 
 from lemonade_onebit import __version__
-from lemonade_onebit.config import DEVICES, ServeConfig
-from lemonade_onebit.errors import RunError, UsageError
+from lemonade_onebit.console import reported
+from lemonade_onebit.lemonade import DEFAULT_URL, VARIANT_ROUTES
+from lemonade_onebit.serve.options import (
+    add_serve_arguments,
+    positive_int,
+    serve_config,
+    split_extra,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -18,24 +22,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _number(convert, what: str, valid, rule: str):
-    """An argparse type: `convert` the text, then check it, each failure with a plain message."""
-
-    def parse(text: str):
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if not valid(value):
-            raise argparse.ArgumentTypeError(f"{text!r} {rule}")
-        return value
-
-    return parse
-
-
-_positive_int = _number(int, "a whole number", lambda v: v > 0, "must be greater than 0")
-_port = _number(int, "a whole number", lambda v: 0 < v <= 65535, "is not a port (1-65535)")
-_probability = _number(float, "a number", lambda v: 0.0 <= v <= 1.0, "must be between 0 and 1")
 def _token_counts(text: str) -> tuple[int, ...]:
     try:
         counts = tuple(int(part) for part in text.split(","))
@@ -46,7 +32,6 @@ def _token_counts(text: str) -> tuple[int, ...]:
     return counts
 
 
-_seconds = _number(float, "a number of seconds", lambda v: v > 0, "must be greater than 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,22 +65,34 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("model", metavar="NAME")
 
     lem = sub.add_parser(
-        "lemonade", help="put the catalog and the shim into Lemonade",
-        description="register: point a running Lemonade's llama.cpp variant at "
-        "onebit-llama-server and register every catalog model as user.<Name> (downloading it). "
-        "export: write the same /api/v1/pull bodies as JSON files for `lemonade import`.")
+        "lemonade", help="put the catalog and the shim into Lemonade, and take them out",
+        description="register: point a running Lemonade's llama.cpp variant at this package's "
+        "shim (onebit-llama-server-VARIANT), link the catalog files this machine has into "
+        "Lemonade's HF cache (no copy, no network) and register every catalog model as "
+        "user.<Name> (Lemonade lists it as <Name>). unregister: undo what register did. "
+        "status: what is registered, where each *_bin points, and whether each model loads "
+        "through 1bit. export: write the /api/v1/pull bodies as JSON files for `lemonade import`.")
     lem_sub = lem.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser,
                                  required=True)
     reg = lem_sub.add_parser("register", help="register the catalog in a running Lemonade")
-    reg.add_argument("--url", default="http://localhost:13305",
-                     help="Lemonade's address (http://localhost:13305)")
-    reg.add_argument("--no-download", action="store_true",
-                     help="register only (/api/v1/models/register); download later in Lemonade")
+    unreg = lem_sub.add_parser("unregister", help="undo register: models, *_bin, cache links")
+    status = lem_sub.add_parser("status", help="what is registered and how each model runs")
     exp = lem_sub.add_parser("export", help="write /api/v1/pull bodies for `lemonade import`")
     exp.add_argument("folder", metavar="DIR")
+    for p in (reg, unreg, status):
+        p.add_argument("--url", default=DEFAULT_URL,
+                       help=f"Lemonade's address ({DEFAULT_URL})")
+    for p in (reg, status):
+        p.add_argument("--hf-cache", metavar="DIR",
+                       help="Lemonade's Hugging Face cache (else $HF_HUB_CACHE, $HF_HOME/hub, "
+                       "~/.cache/huggingface/hub: set it to what lemond's environment says)")
+    reg.add_argument("--no-download", action="store_true",
+                     help="do not let Lemonade download a model this machine lacks; register it only")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
     for p in (reg, exp):
-        p.add_argument("--variant", choices=("cpu", "vulkan", "rocm", "cuda"), default="cpu",
+        p.add_argument("--variant", choices=tuple(VARIANT_ROUTES), default="cpu",
                        help="the llama.cpp variant Lemonade runs the models on (cpu)")
+    for p in (reg, unreg, exp):
         p.add_argument("--only", action="append", metavar="NAME",
                        help="only this catalog model; repeat")
 
@@ -130,16 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help="TTFT, decode and end-to-end time by prompt length (streamed)")
     mode.add_argument("--swap", action="store_true",
                       help="start to first token, cold and warm, and serve's share of it")
-    b.add_argument("--rounds", type=_positive_int, default=3)
-    b.add_argument("--prompt-reps", type=_positive_int, default=5, metavar="N",
+    b.add_argument("--rounds", type=positive_int, default=3)
+    b.add_argument("--prompt-reps", type=positive_int, default=5, metavar="N",
                    help="prompt-speed requests per run (5)")
-    b.add_argument("--decode-reps", type=_positive_int, default=3, metavar="N",
+    b.add_argument("--decode-reps", type=positive_int, default=3, metavar="N",
                    help="passes over the three decode prompts per run (3)")
-    b.add_argument("--decode-tokens", type=_positive_int, default=256, metavar="N",
+    b.add_argument("--decode-tokens", type=positive_int, default=256, metavar="N",
                    help="tokens generated per decode or --e2e request (256)")
     b.add_argument("--prompt-tokens", type=_token_counts, default=(128, 512, 2048),
                    metavar="N,N,...", help="--e2e prompt lengths, exact tokens (128,512,2048)")
-    b.add_argument("--e2e-reps", type=_positive_int, default=3, metavar="N",
+    b.add_argument("--e2e-reps", type=positive_int, default=3, metavar="N",
                    help="--e2e requests per prompt length per run; medians are reported (3)")
     b.add_argument("--json", metavar="F", help="write every sample to F")
     b.add_argument("--plot", metavar="FILE.png", help="draw the results (needs matplotlib)")
@@ -150,79 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="serve one model behind the OpenAI API",
         description="Serve one model behind an OpenAI-compatible API. Arguments after `--` go to "
-        "the executor unchanged.",
+        "the executor (merged with serve's own: each flag once, yours winning).",
     )
-    s.add_argument("-m", "--model", required=True,
-                   help="a .gguf/.1bp file, a model folder, a catalog name or an MLX HF id")
-    s.add_argument("-p", "--port", type=_port, default=8000, help="port to listen on (8000)")
-    s.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (127.0.0.1; 0.0.0.0 exposes it to the network)")
-    s.add_argument("--device", choices=DEVICES, default="auto",
-                   help="where to run it; auto picks the fastest route this machine has")
-    s.add_argument("-c", "--ctx-size", type=_positive_int, metavar="N", help="context size")
-    s.add_argument("-fa", "--flash-attn", choices=("on", "off", "auto"), help="flash attention")
-    s.add_argument("--alias", metavar="NAME", help="the model id clients see")
-    g = s.add_argument_group("executor paths (else $ONEBIT_*, then the project's install, then PATH)")
-    g.add_argument("--llama-server", metavar="PATH")
-    g.add_argument("--zinc", metavar="PATH")
-    g.add_argument("--ds4", metavar="PATH")
-    g.add_argument("--mlx-server", metavar="PATH")
-    g.add_argument("--onnx-server", metavar="PATH")
-    g.add_argument("--hrx-libhsa", metavar="PATH", help="libhsa for the HRX route")
-    s.add_argument("--lean", action="store_true", help="ROCmFP4/ROCmI4/H32 files (vulkan, rocm)")
-    s.add_argument("--parallel", type=_positive_int, metavar="N", help="parallel request slots")
-    s.add_argument("--mtp", metavar="HEAD.gguf", help="multi-token-prediction head")
-    s.add_argument("--dflash", metavar="DRAFT.gguf", help="DFlash draft model")
-    s.add_argument("--mtp-max", type=_positive_int, metavar="N", help="most tokens drafted")
-    s.add_argument("--mtp-p-min", type=_probability, metavar="P", help="least draft probability")
-    s.add_argument("--mmproj", metavar="F", help="multimodal projector")
-    s.add_argument("--embedding", action="store_true", help="serve /v1/embeddings")
-    s.add_argument("--reranking", action="store_true", help="serve /v1/rerank")
-    s.add_argument("--laya", action="store_true", help="route each conversation by its class")
-    s.add_argument("--route-policy", metavar="FILE", help="Laya policy file")
-    s.add_argument("--recipes", metavar="FILE", help="use this recipe file instead of the shipped set")
-    s.add_argument("--no-recipes", action="store_true", help="apply no recipe")
-    s.add_argument("--api-key", metavar="KEY", help="require `Authorization: Bearer KEY`")
-    s.add_argument("--load-timeout", type=_seconds, default=600.0, metavar="S",
-                   help="fail the load when the executor shows no progress for S seconds (600)")
-    s.add_argument("--executor-timeout", type=_seconds, default=600.0, metavar="S",
-                   help="answer 502 when the executor sends nothing for S seconds (600)")
-    s.add_argument("--max-body-mb", type=_positive_int, default=16, metavar="N",
-                   help="largest request body accepted, in MiB (16)")
+    add_serve_arguments(s)
     return parser
-
-
-def serve_config(ns: argparse.Namespace, extra: list[str]) -> ServeConfig:
-    return ServeConfig(
-        model=ns.model, port=ns.port, host=ns.host, device=ns.device, ctx_size=ns.ctx_size,
-        flash_attn=ns.flash_attn, alias=ns.alias, llama_server=ns.llama_server, zinc=ns.zinc,
-        ds4=ns.ds4, mlx_server=ns.mlx_server, onnx_server=ns.onnx_server,
-        hrx_libhsa=ns.hrx_libhsa, lean=ns.lean, parallel=ns.parallel, mtp=ns.mtp,
-        dflash=ns.dflash, mtp_max=ns.mtp_max, mtp_p_min=ns.mtp_p_min, mmproj=ns.mmproj,
-        embedding=ns.embedding, reranking=ns.reranking, laya=ns.laya,
-        route_policy=ns.route_policy, recipes=ns.recipes, no_recipes=ns.no_recipes,
-        api_key=ns.api_key, extra_args=tuple(extra), load_timeout=ns.load_timeout,
-        executor_timeout=ns.executor_timeout, max_body=ns.max_body_mb * 1024 * 1024,
-    )
-
-
-def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Our arguments, and those after `--` (the executor's, passed unchanged)."""
-    if "--" in argv:
-        cut = argv.index("--")
-        return argv[:cut], argv[cut + 1:]
-    return argv, []
-
-
-def parse_serve_args(model: str, args: list[str]) -> ServeConfig:
-    """`1bit serve -m MODEL ARGS` parsed as serve would, for tools that plan a serve without
-    running one (`1bit bench --swap`); a bad argument is a UsageError."""
-    ours, extra = split_extra(["serve", "-m", model, *args])
-    try:
-        ns = build_parser().parse_args(ours)
-    except SystemExit:
-        raise UsageError(f"{shlex.join(args)}: not valid `1bit serve` arguments") from None
-    return serve_config(ns, extra)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,24 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     if extra and ns.command != "serve":
         parser.error("arguments after `--` are for `1bit serve` only")
     return reported(f"1bit {ns.command}", lambda: _dispatch(ns, extra))
-
-
-def reported(prog: str, command) -> int:
-    """Run `command`; a user error is one line and exit 2, a runtime failure one line and exit 1,
-    never a traceback. Shared by `1bit` and `onebit-llama-server`."""
-    try:
-        return command()
-    except UsageError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    except RunError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # `1bit devices | head`: the reader left, which is no error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
 
 
 def _dispatch(ns: argparse.Namespace, extra: list[str]) -> int:
@@ -277,11 +187,16 @@ def _dispatch(ns: argparse.Namespace, extra: list[str]) -> int:
             return commands.list_command(ns.json)
         return commands.delete_command(ns.model)
     if ns.command == "lemonade":
-        from lemonade_onebit.catalog import lemonade
+        from lemonade_onebit.lemonade import commands as lemonade
 
         if ns.action == "export":
             return lemonade.export_command(ns.folder, ns.variant, ns.only)
-        return lemonade.register_command(ns.url, ns.variant, ns.only, not ns.no_download)
+        if ns.action == "unregister":
+            return lemonade.unregister_command(ns.url, ns.only)
+        if ns.action == "status":
+            return lemonade.status_command(ns.url, ns.hf_cache, ns.json)
+        return lemonade.register_command(ns.url, ns.variant, ns.only, not ns.no_download,
+                                         ns.hf_cache)
     if ns.command == "route":
         from lemonade_onebit.laya import commands as laya
 

@@ -1,10 +1,12 @@
-"""`ServeConfig`: the validated options of `1bit serve`, the one value the rest of serve trusts."""
+"""`ServeConfig`: the validated options of `1bit serve`, the one value the rest of serve trusts.
+
+Devices and executor paths are not listed here: they come from the launcher registry
+(`serve/options.py` builds the command line from it).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-DEVICES = ("auto", "npu", "hrx", "rocm", "cpu", "vulkan", "zinc", "ds4", "mlx", "onnx", "cuda")
 
 # Options that only some routes honour, by ServeConfig field, with the flag the user typed.
 ROUTE_OPTIONS = {
@@ -22,15 +24,6 @@ ROUTE_OPTIONS = {
     "hrx_libhsa": "--hrx-libhsa",
 }
 
-# Executor path options, by ServeConfig field.
-EXECUTOR_OPTIONS = {
-    "llama_server": "--llama-server",
-    "zinc": "--zinc",
-    "ds4": "--ds4",
-    "mlx_server": "--mlx-server",
-    "onnx_server": "--onnx-server",
-}
-
 
 @dataclass(frozen=True)
 class ServeConfig:
@@ -41,11 +34,8 @@ class ServeConfig:
     ctx_size: int | None = None
     flash_attn: str | None = None
     alias: str | None = None
-    llama_server: str | None = None
-    zinc: str | None = None
-    ds4: str | None = None
-    mlx_server: str | None = None
-    onnx_server: str | None = None
+    # Executor paths the user named, by the launcher's flag: (("--llama-server", PATH), ...).
+    executors: tuple[tuple[str, str], ...] = ()
     hrx_libhsa: str | None = None
     lean: bool = False
     parallel: int | None = None
@@ -65,6 +55,9 @@ class ServeConfig:
     load_timeout: float = 600.0
     executor_timeout: float = 600.0
     max_body: int = 16 * 1024 * 1024
+
+    def executor_path(self, flag: str | None) -> str | None:
+        return next((path for f, path in self.executors if f == flag), None) if flag else None
 
     def given(self, name: str) -> bool:
         """Whether the user set a route option (a flag, or a value other than its default)."""

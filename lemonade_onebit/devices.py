@@ -64,8 +64,8 @@ def amd_gpus() -> list[Device]:
 def nvidia_gpus() -> list[Device]:
     found = []
     for info in sorted(glob.glob(str(SYS / "proc/driver/nvidia/gpus/*/information"))):
-        model = next((l.split(":", 1)[1].strip() for l in _read(Path(info)).splitlines()
-                      if l.startswith("Model:")), "NVIDIA GPU")
+        model = next((row.split(":", 1)[1].strip() for row in _read(Path(info)).splitlines()
+                      if row.startswith("Model:")), "NVIDIA GPU")
         found.append(Device("nvidia-gpu", model))
     if not found and SYS == Path("/") and shutil.which("nvidia-smi"):
         out = _run(["nvidia-smi", "-L"])

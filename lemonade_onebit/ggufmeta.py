@@ -29,8 +29,9 @@ class GgufFacts:
 
 
 def _cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "lemonade-onebit" / "gguf-facts.json"
+    from lemonade_onebit.userdirs import cache_dir
+
+    return cache_dir() / "gguf-facts.json"
 
 
 def read_facts(path: Path) -> GgufFacts:

@@ -1,4 +1,5 @@
-"""What MODEL names: a file or folder of a known kind, or a catalog entry; and the id it is served as."""
+"""A model as a launcher is given it: its kind, its path and the id it is served as. What `-m` names
+is resolved into one by `catalog.resolve`."""
 
 from __future__ import annotations
 
@@ -6,10 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lemonade_onebit.catalog.entries import find_entry, install_hint, local_file
 from lemonade_onebit.errors import RunError
-
-
 
 HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -39,22 +37,4 @@ def detect_kind(path: Path) -> str:
     raise RunError(
         f"{path}: a folder of no known model kind (expected genai_config.json for ONNX, "
         "model.q4nx + npu/ for the NPU, or config.json + *.safetensors for MLX)"
-    )
-
-
-def resolve_model(spec: str, alias: str | None = None) -> ModelRef:
-    path = Path(spec).expanduser()
-    if path.exists():
-        kind = detect_kind(path)
-        served = alias or (path.stem if path.is_file() else path.resolve().name)
-        return ModelRef(kind, path.absolute(), served, spec)  # keep symlinked names (HF cache)
-    if find_entry(spec) is not None:
-        file = local_file(spec)
-        if file is None:
-            raise RunError(f"model {spec} is not on this machine: {install_hint(spec)}")
-        return ModelRef(detect_kind(file), file, alias or spec, spec)
-    if HF_ID.match(spec) and not spec.startswith((".", "/")):
-        return ModelRef("hf-id", Path(spec), alias or spec.rsplit("/", 1)[1], spec)
-    raise RunError(
-        f"model not found: {spec} is neither a file, a folder, a catalog name nor an HF id"
     )

@@ -36,8 +36,9 @@ class EntryPoint:
 
 
 def cache_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "lemonade-onebit" / "entry-points.json"
+    from lemonade_onebit.userdirs import cache_dir
+
+    return cache_dir() / "entry-points.json"
 
 
 def _key() -> list:
@@ -87,6 +88,9 @@ def _all() -> dict[str, list[list[str]]]:
 
 
 def group(name: str) -> list[EntryPoint]:
+    """The group's entry points: this package's own first (its built-ins come through the same
+    door as every plugin's), then the others by name."""
     if name not in GROUPS:
         raise ValueError(f"not one of our entry point groups: {name}")
-    return [EntryPoint(n, v, name) for n, v in _all().get(name, [])]
+    found = [EntryPoint(n, v, name) for n, v in _all().get(name, [])]
+    return sorted(found, key=lambda ep: (not ep.value.startswith(__package__ + "."), ep.name))

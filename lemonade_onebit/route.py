@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lemonade_onebit.backends.base import Launcher
-from lemonade_onebit.config import EXECUTOR_OPTIONS, ROUTE_OPTIONS, ServeConfig
+from lemonade_onebit.config import ROUTE_OPTIONS, ServeConfig
 from lemonade_onebit.errors import UsageError
 
 
@@ -72,8 +72,8 @@ def refusals(config: ServeConfig, launcher: type[Launcher]) -> list[str]:
             out.append(f"{flag}: {info.refusals[name]}")
         elif name not in info.options:
             out.append(f"{flag} is not supported on the {info.device} route")
-    for name, flag in EXECUTOR_OPTIONS.items():
-        if config.given(name) and name != info.executor_option:
+    for flag, _ in config.executors:
+        if flag != info.executor_flag:
             out.append(f"{flag} names an executor the {info.device} route does not use")
     return out
 

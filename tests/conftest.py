@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from lemonade_onebit import devices
 from lemonade_onebit.catalog.entries import DEFAULT_MODEL, local_file
 
 BIN = Path(sys.executable).parent
@@ -63,7 +64,7 @@ class Serve:
         except OSError:
             return None
 
-    def wait_ready(self, timeout: float = 60) -> "Serve":
+    def wait_ready(self, timeout: float = 60) -> Serve:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -136,9 +137,90 @@ def sse_events(raw: bytes) -> list[bytes]:
     assert text.endswith("\n\n"), f"stream does not end with a blank line: {text[-80:]!r}"
     events = []
     for block in text.strip("\n").split("\n\n"):
-        lines = [l for l in block.split("\n") if not l.startswith(":")]
+        lines = [row for row in block.split("\n") if not row.startswith(":")]
         if not lines:
             continue
         assert len(lines) == 1 and lines[0].startswith("data: "), f"bad SSE event: {block!r}"
         events.append(lines[0][len("data: "):].encode())
     return events
+
+
+# Test tiers (`pytest -m unit|executor|slow`). A test that uses one of these fixtures starts an
+# executor; one that starts it some other way says so with @pytest.mark.executor.
+EXECUTOR_FIXTURES = frozenset({"smol_serve", "start_serve", "onnx_serve", "mlx_serve"})
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        uses = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("executor") is None and EXECUTOR_FIXTURES & uses:
+            item.add_marker(pytest.mark.executor)
+        if item.get_closest_marker("executor") is None:
+            item.add_marker(pytest.mark.unit)
+
+
+def _nvidia_gpu(root: Path) -> None:
+    info = root / "proc/driver/nvidia/gpus/0000:01:00.0/information"
+    info.parent.mkdir(parents=True)
+    info.write_text("Model: \t\t NVIDIA H200\nIRQ:   \t\t 16\nBus Type: \t PCIe\n")
+
+
+def _amd_gpu(root: Path) -> None:
+    (root / "dev").mkdir(exist_ok=True)
+    (root / "dev/kfd").touch()
+    nodes = root / "sys/class/kfd/kfd/topology/nodes"
+    for node, version in (("0", 0), ("1", 110000)):  # node 0 is the CPU, as on a real host
+        (nodes / node).mkdir(parents=True)
+        (nodes / node / "properties").write_text(
+            f"simd_count {96 if version else 0}\ngfx_target_version {version}\n")
+
+
+def _xdna_npu(root: Path) -> None:
+    (root / "dev/accel").mkdir(parents=True)
+    (root / "dev/accel/accel0").touch()
+    driver = root / "sys/bus/pci/drivers/amdxdna"
+    driver.mkdir(parents=True)
+    device = root / "sys/class/accel/accel0/device"
+    device.mkdir(parents=True)
+    (device / "driver").symlink_to(driver)
+
+
+# Device kinds (devices.py) a fake tree can hold, and what each writes into it.
+FAKE_DEVICES = {"nvidia-gpu": _nvidia_gpu, "amd-gpu": _amd_gpu, "npu": _xdna_npu}
+
+
+def _detect_under(root: Path, patch: pytest.MonkeyPatch) -> None:
+    """Device detection here and in every process the test starts reads only `root`."""
+    patch.setenv("ONEBIT_SYSFS_ROOT", str(root))
+    patch.setattr(devices, "SYS", root)
+    devices.detect.cache_clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_only_host(tmp_path_factory):
+    """The suite sees a CPU-only host on any machine: `--device auto` then picks the CPU route,
+    whose llama-server `make setup` installs, also on a GPU host that has no GPU build of it.
+    A test that needs a device fakes it with `fake_sysfs`."""
+    with pytest.MonkeyPatch.context() as patch:
+        _detect_under(tmp_path_factory.mktemp("sysfs-cpu-only"), patch)
+        yield
+    devices.detect.cache_clear()
+
+
+@pytest.fixture
+def fake_sysfs(tmp_path_factory, monkeypatch):
+    """`fake_sysfs(*kinds)`: a device tree holding only those kinds (none: a CPU-only host), seen
+    by detection in this process and by every `1bit` the test starts; returns that environment."""
+
+    def make(*kinds: str) -> dict[str, str]:
+        unknown = set(kinds) - set(FAKE_DEVICES)
+        if unknown:
+            raise ValueError(f"no fake for {sorted(unknown)}: one of {sorted(FAKE_DEVICES)}")
+        root = tmp_path_factory.mktemp("sysfs")
+        for kind in kinds:
+            FAKE_DEVICES[kind](root)
+        _detect_under(root, monkeypatch)
+        return dict(os.environ)
+
+    yield make
+    devices.detect.cache_clear()

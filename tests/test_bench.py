@@ -7,11 +7,14 @@ import json
 import re
 import subprocess
 
+import pytest
 from conftest import ONEBIT
 
 QUICK = ["--rounds", "1", "--prompt-reps", "1", "--decode-reps", "1", "--decode-tokens", "8"]
 
 
+@pytest.mark.executor
+@pytest.mark.slow
 def test_two_config_bench_prints_table_and_json(tmp_path):
     out_json = tmp_path / "bench.json"
     out = subprocess.run(
@@ -20,7 +23,8 @@ def test_two_config_bench_prints_table_and_json(tmp_path):
          "--log-dir", str(tmp_path / "logs")],
         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    rows = [l for l in out.stdout.splitlines() if l.startswith("| base") or l.startswith("| batch64")]
+    rows = [row for row in out.stdout.splitlines()
+            if row.startswith("| base") or row.startswith("| batch64")]
     assert len(rows) == 2
     assert re.search(r"\| base \| \(none\) \| [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ \|", rows[0])
     assert re.search(r"\| batch64 \| `-- -b 64` \| [\d.]+ / [\d.]+ \([+-]\d+\.\d%\) \| "
@@ -52,14 +56,16 @@ def test_bad_config_is_a_usage_error():
     assert out.returncode == 2 and "expected NAME=ARGS" in out.stderr
 
 
-def test_a_config_whose_serve_fails_stops_with_its_log(tmp_path):
+def test_a_config_whose_serve_fails_stops_with_its_log(fake_sysfs):
     out = subprocess.run([ONEBIT, "bench", "-m", "SmolLM2-135M-Instruct-1bit", "--config",
                           "broken=--device vulkan", *QUICK], capture_output=True, text=True,
-                         timeout=60)
+                         timeout=60, env=fake_sysfs())  # a host with no Vulkan device
     assert out.returncode == 1
     assert "serve exited 1" in out.stderr and "log:" in out.stderr
+    assert "--device vulkan: this machine has no vulkan or amd-gpu" in out.stderr
 
 
+@pytest.mark.executor
 def test_e2e_measures_the_exact_prompt_lengths_asked_for(tmp_path):
     out_json = tmp_path / "e2e.json"
     out = subprocess.run(
@@ -77,10 +83,11 @@ def test_e2e_measures_the_exact_prompt_lengths_asked_for(tmp_path):
         assert 0 < r["ttft_ms"] < r["e2e_ms"]
         expected = 16 / (r["ttft_ms"] / 1000 + 15 / r["decode_tps"])
         assert abs(r["effective_tps"] - expected) < 1e-6 * expected
-    rows = [l for l in out.stdout.splitlines() if l.startswith("| base")]
+    rows = [row for row in out.stdout.splitlines() if row.startswith("| base")]
     assert [row.split("|")[3].strip() for row in rows] == ["7", "64", "300"]
 
 
+@pytest.mark.executor
 def test_e2e_refuses_a_prompt_longer_than_the_context(tmp_path):
     out = subprocess.run(
         [ONEBIT, "bench", "-m", "SmolLM2-135M-Instruct-1bit", "--config", "small=-c 256",
@@ -90,6 +97,8 @@ def test_e2e_refuses_a_prompt_longer_than_the_context(tmp_path):
     assert "do not fit the context of 256" in out.stderr
 
 
+@pytest.mark.executor
+@pytest.mark.slow
 def test_swap_times_cold_and_warm_starts_against_the_executor_alone(tmp_path):
     out_json = tmp_path / "swap.json"
     plot = tmp_path / "swap.png"
@@ -112,6 +121,8 @@ def test_swap_times_cold_and_warm_starts_against_the_executor_alone(tmp_path):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.executor
+@pytest.mark.slow
 def test_plot_draws_the_ab_table(tmp_path):
     plot = tmp_path / "ab.png"
     out = subprocess.run(

@@ -5,13 +5,19 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
 from conftest import ONEBIT
+
 from lemonade_onebit import __version__
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([ONEBIT, *args], capture_output=True, text=True, timeout=60)
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([ONEBIT, *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def no_llama_server(env: dict, tmp_path) -> dict:
+    """`env` with no llama-server to find but the CPU build `make setup` installed."""
+    (tmp_path / "empty-bin").mkdir(exist_ok=True)
+    return {**env, "PATH": str(tmp_path / "empty-bin"), "ONEBIT_LLAMA_SERVER": ""}
 
 
 def test_version_prints_name_and_version():
@@ -61,8 +67,8 @@ def test_unknown_option_is_usage_error():
         (["--laya", "--route-policy", "/nonexistent/p.json"], "--route-policy /nonexistent/p.json"),
     ],
 )
-def test_options_the_route_cannot_honour_are_refused(smollm2, args, message):
-    out = run("serve", "-m", str(smollm2), *args)
+def test_options_the_route_cannot_honour_are_refused(smollm2, fake_sysfs, args, message):
+    out = run("serve", "-m", str(smollm2), *args, env=fake_sysfs())  # auto: the cpu route
     assert out.returncode == 2, out.stderr
     assert message in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
@@ -85,12 +91,29 @@ def test_bad_values_are_usage_errors(args, message):
     assert message in out.stderr
 
 
-@pytest.mark.parametrize("device", ["vulkan", "cuda", "rocm", "hrx", "zinc"])
-def test_device_this_machine_lacks_exits_1_and_says_so(smollm2, device):
-    out = run("serve", "-m", str(smollm2), "--device", device)
-    assert out.returncode == 1
-    assert f"--device {device}:" in out.stderr
-    assert "1bit devices" in out.stderr or "no " in out.stderr
+@pytest.mark.parametrize(
+    ("device", "needs"),
+    [("vulkan", "vulkan or amd-gpu"), ("cuda", "nvidia-gpu"), ("rocm", "amd-gpu"),
+     ("hrx", "amd-gpu"), ("zinc", "vulkan or amd-gpu")],
+)
+def test_device_this_machine_lacks_exits_1_and_points_at_1bit_devices(smollm2, fake_sysfs,
+                                                                        device, needs):
+    out = run("serve", "-m", str(smollm2), "--device", device, env=fake_sysfs())
+    assert out.returncode == 1, out.stderr
+    assert (f"--device {device}: this machine has no {needs} (`1bit devices` lists what it has)"
+            in out.stderr)
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [[], ["--device", "cuda"]], ids=["auto", "cuda"])
+def test_an_nvidia_gpu_without_a_cuda_llama_server_exits_1_naming_the_cuda_route(
+        smollm2, fake_sysfs, tmp_path, args):
+    """Auto picks cuda on an NVIDIA GPU, and the installed CPU build never stands in for it."""
+    env = no_llama_server(fake_sysfs("nvidia-gpu"), tmp_path)
+    out = run("serve", "-m", str(smollm2), *args, env=env)
+    assert out.returncode == 1, out.stderr
+    assert "no llama-server found for the cuda route: pass --llama-server PATH" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
 
 
 def test_unknown_catalog_name_exits_1_with_reason():

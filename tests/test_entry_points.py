@@ -1,5 +1,7 @@
 """All four entry-point groups, discovered from installed wheels and not from the source tree:
-this package's own wheel, plus a small plugin package that adds one of each."""
+this package's own wheel (its built-in recipes and catalog come through the same groups), plus a
+small plugin package that adds one of each, including a device with its own executor flag that
+`1bit serve` then serves, with no edit to this package."""
 
 from __future__ import annotations
 
@@ -49,10 +51,20 @@ EXTRA = {
 
 
         class ExtraLauncher(Launcher):
+            # A device of its own whose executor speaks the llama-server command line.
+
             info = LauncherInfo(name="extra", device="extra", model_kinds=frozenset({"gguf"}),
-                                executor="extra-server", executor_option=None,
-                                executor_env="ONEBIT_EXTRA", needs=("extra-chip",),
+                                executor="extra-server", executor_env="ONEBIT_EXTRA",
+                                executor_flag="--extra-server", summary="the extra chip's server",
+                                options=frozenset({"ctx_size"}), needs=("extra-chip",),
                                 auto_kinds=frozenset(), auto_rank=-1)
+
+            def argv(self, executor, model, port, config):
+                argv = [executor, "-m", str(model.path), "--host", "127.0.0.1", "--port",
+                        str(port), "--device", "none"]
+                if config.ctx_size is not None:
+                    argv += ["-c", str(config.ctx_size)]
+                return argv + list(config.extra_args)
 
 
         def recipe_file():
@@ -120,8 +132,8 @@ def test_every_group_is_discovered_from_the_installed_wheels(installed, tmp_path
     assert found["package"].startswith(str(installed))  # the wheel, not the source tree
     assert "cpu" in found["groups"]["lemonade_onebit.launchers"]
     assert "extra" in found["groups"]["lemonade_onebit.launchers"]
-    assert found["groups"]["lemonade_onebit.recipes"] == ["extra"]
-    assert found["groups"]["lemonade_onebit.catalog"] == ["extra"]
+    assert found["groups"]["lemonade_onebit.recipes"] == ["extra", "onebit"]
+    assert found["groups"]["lemonade_onebit.catalog"] == ["extra", "onebit"]
     assert found["groups"]["lemonade.plugins"] == ["extra", "onebit"]
     assert "extra" in found["launchers"] and "cpu" in found["launchers"]
     assert found["recipe_files"][0].startswith(str(installed))  # the shipped set, from the wheel
@@ -140,3 +152,62 @@ def test_the_onebit_plugin_object_describes_recipe_launchers_and_catalog():
     catalog = plugin.catalog()
     assert catalog["Qwen3-4B-Instruct-2507-1bit"]["recipe"] == "onebit"
     assert plugin.llama_server_shim == "onebit-llama-server"
+    assert plugin.recipe["llama_server_shims"]["cpu"] == "onebit-llama-server-cpu"
+    assert plugin.recipe["devices"][0] == "auto" and "cpu" in plugin.recipe["devices"]
+
+
+def run_installed(installed: Path, tmp_path: Path, args: list[str], **kw) -> subprocess.Popen:
+    """`1bit ARGS` from the installed wheels only (no source tree, no editable install)."""
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    code = (f"import sys; sys.path[:0] = [{str(installed)!r}]; sys.path.append({site!r})\n"
+            "from lemonade_onebit.cli import main\nsys.exit(main(sys.argv[1:]))")
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "HOME": str(tmp_path),
+           "PATH": "/usr/bin:/bin"}
+    return subprocess.Popen([PY, "-S", "-c", code, *args], cwd=tmp_path, env=env, **kw)
+
+
+@pytest.mark.executor
+def test_a_plugin_device_with_its_own_executor_flag_serves_a_chat(installed, tmp_path, smollm2,
+                                                                  llama_server):
+    from conftest import free_port, http, sse_events
+
+    help_text = run_installed(installed, tmp_path, ["serve", "--help"], stdout=subprocess.PIPE,
+                              text=True).communicate(timeout=60)[0]
+    assert "--extra-server PATH" in help_text and "the extra chip's server" in help_text
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = run_installed(installed, tmp_path, [
+            "serve", "-m", str(smollm2), "--device", "extra", "--extra-server", llama_server,
+            "--port", str(port), "-c", "2048"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            assert proc.poll() is None, log.read_text()
+            try:
+                if http("GET", url + "/health", timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            import time
+
+            time.sleep(0.1)
+        body = {"messages": [{"role": "user", "content": "What is the capital of France?"}],
+                "max_tokens": 8, "temperature": 0}
+        status, raw = http("POST", url + "/v1/chat/completions", body)
+        assert status == 200, raw
+        assert json.loads(raw)["choices"][0]["message"]["content"]
+        status, raw = http("POST", url + "/v1/chat/completions", {**body, "stream": True})
+        assert status == 200 and sse_events(raw)[-1] == b"[DONE]"
+        models = json.loads(http("GET", url + "/v1/models")[1])["data"]
+        assert models[0]["device"] == "extra"
+        assert f"on extra ({llama_server})" in log.read_text()
+        # A route option the plugin's route does not declare is refused with the reason.
+        refused = run_installed(installed, tmp_path, [
+            "serve", "-m", str(smollm2), "--device", "extra", "--extra-server", llama_server,
+            "--parallel", "2"], stderr=subprocess.PIPE, text=True)
+        assert refused.wait(timeout=60) == 2
+        assert "--parallel is not supported on the extra route" in refused.stderr.read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -6,8 +6,8 @@ import subprocess
 
 import numpy as np
 import pytest
-
 from conftest import ONEBIT
+
 from lemonade_onebit import ggufmeta
 from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.errors import UsageError
@@ -70,13 +70,27 @@ def test_stamp_forces_lean_rocm_and_refuses_other_devices():
         stamp_route(ServeConfig(model="m", device="cpu"), 32)
 
 
-def test_serve_follows_the_stamp(tmp_path):
+def _serve(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([ONEBIT, "serve", *args], capture_output=True, text=True, timeout=60,
+                          env=env)
+
+
+def test_serve_follows_the_stamp_and_refuses_other_devices(tmp_path, fake_sysfs):
     path = _write(tmp_path / "stamped.gguf", **{"onebit.hadamard_q4_0": 32})
-    out = subprocess.run([ONEBIT, "serve", "-m", str(path)], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 1  # no AMD GPU here
+    env = fake_sysfs()
+    out = _serve("-m", str(path), env=env)
+    assert out.returncode == 1
     assert "hadamard_q4_0=32 stamp: rocm --lean" in out.stderr
     assert "--device rocm: this machine has no amd-gpu" in out.stderr
-    out = subprocess.run([ONEBIT, "serve", "-m", str(path), "--device", "cpu"],
-                         capture_output=True, text=True, timeout=60)
+    out = _serve("-m", str(path), "--device", "cpu", env=env)
     assert out.returncode == 2 and "runs only on --device rocm --lean" in out.stderr
+
+
+def test_a_stamped_file_on_an_amd_gpu_goes_to_rocm_and_asks_for_its_build(tmp_path, fake_sysfs):
+    path = _write(tmp_path / "stamped.gguf", **{"onebit.hadamard_q4_0": 32})
+    (tmp_path / "empty-bin").mkdir()
+    env = {**fake_sysfs("amd-gpu"), "PATH": str(tmp_path / "empty-bin"), "ONEBIT_LLAMA_SERVER": ""}
+    out = _serve("-m", str(path), env=env)
+    assert out.returncode == 1
+    assert "hadamard_q4_0=32 stamp: rocm --lean" in out.stderr
+    assert "no llama-server found for the rocm route" in out.stderr

@@ -27,10 +27,31 @@ def test_cpu_launcher_comes_from_the_entry_point_group():
     assert launcher_for("cpu") is CpuLauncher
 
 
-def test_auto_picks_cpu_for_gguf_here():
-    cls, why = choose_launcher("gguf", "auto", launchers())
-    assert cls is CpuLauncher
-    assert "auto picked cpu" in why
+NOT_HERE = "not on this machine"
+
+
+@pytest.mark.parametrize(
+    ("kinds", "device", "why"),
+    [
+        ((), "cpu", f"auto picked cpu for gguf ({NOT_HERE}: hrx, cuda, vulkan, rocm)"),
+        (("nvidia-gpu",), "cuda", f"auto picked cuda for gguf ({NOT_HERE}: hrx, vulkan, rocm)"),
+        (("amd-gpu",), "hrx", f"auto picked hrx for gguf ({NOT_HERE}: cuda)"),
+        (("npu",), "cpu", f"auto picked cpu for gguf ({NOT_HERE}: hrx, cuda, vulkan, rocm)"),
+    ],
+    ids=["cpu-only", "nvidia", "amd", "npu"],
+)
+def test_auto_picks_the_fastest_gguf_route_the_machine_has(fake_sysfs, kinds, device, why):
+    fake_sysfs(*kinds)
+    cls, said = choose_launcher("gguf", "auto", launchers())
+    assert (cls.info.device, said) == (device, why)
+
+
+def test_auto_serves_an_npu_folder_only_where_there_is_an_npu(fake_sysfs):
+    fake_sysfs("npu")
+    assert choose_launcher("npu", "auto", launchers())[0] is launcher_for("npu")
+    fake_sysfs()
+    with pytest.raises(UsageError, match="no installed route serves a npu model on this machine"):
+        choose_launcher("npu", "auto", launchers())
 
 
 def test_device_for_another_kind_is_refused():
@@ -41,7 +62,7 @@ def test_device_for_another_kind_is_refused():
 def test_cpu_argv_minimal():
     argv = CpuLauncher().argv("/bin/llama-server", MODEL, 4321, ServeConfig(model="m"))
     assert argv == ["/bin/llama-server", "-m", "/models/m.gguf", "--host", "127.0.0.1",
-                    "--port", "4321", "-ngl", "0", "--jinja", "--alias", "m"]
+                    "--port", "4321", "--device", "none", "--jinja", "--alias", "m"]
 
 
 def test_cpu_argv_every_option():
@@ -64,7 +85,7 @@ def test_cpu_argv_dflash_and_reranking():
 
 
 def test_refusals_are_pure_and_complete():
-    config = ServeConfig(model="m", lean=True, mtp="/h", dflash="/d", onnx_server="/x")
+    config = ServeConfig(model="m", lean=True, mtp="/h", dflash="/d", executors=(("--onnx-server", "/x"),))
     found = refusals(config, CpuLauncher)
     assert "--mtp and --dflash: pick one" in found
     assert any(r.startswith("--lean:") for r in found)
@@ -86,7 +107,7 @@ def test_executor_lookup_order(tmp_path, monkeypatch):
     _exe(on_path / "llama-server")
     launcher = CpuLauncher()
     monkeypatch.setenv("ONEBIT_LLAMA_SERVER", env)
-    assert resolve_executor(launcher, ServeConfig(model="m", llama_server=flag)) == flag
+    assert resolve_executor(launcher, ServeConfig(model="m", executors=(("--llama-server", flag),))) == flag
     assert resolve_executor(launcher, ServeConfig(model="m")) == env
     monkeypatch.delenv("ONEBIT_LLAMA_SERVER")
     installed = launcher.installed_executor()

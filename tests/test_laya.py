@@ -49,12 +49,21 @@ def test_the_long_doc_gate_counts_code_points_not_bytes():
     assert classify(at).klass == "long_doc" and classify(at).confidence == 1.0
 
 
-def test_classify_prints_class_confidence_and_device():
+@pytest.mark.parametrize(
+    ("kinds", "device", "why"),
+    [((), "cpu", "hrx is not available here: default"),
+     (("amd-gpu",), "hrx", "code answers are long and decode-bound; the GPU decodes fastest")],
+    ids=["cpu-only", "amd-gpu"],
+)
+def test_classify_prints_class_confidence_and_the_device_this_machine_has(fake_sysfs, kinds,
+                                                                          device, why):
+    """The shipped policy sends code to hrx, which needs an AMD GPU; elsewhere, the default."""
+    fake_sysfs(*kinds)
     out = route("--classify", "Write a Rust function that sums a slice.", "--json")
     assert out.returncode == 0, out.stderr
     decision = json.loads(out.stdout)
     assert decision["class"] == "code" and 0 <= decision["confidence"] <= 1
-    assert decision["device"] == "cpu"  # the policy's hrx is not on this machine: the default
+    assert (decision["device"], decision["why"]) == (device, why)
 
 
 @pytest.mark.parametrize("body,reason", [
@@ -104,6 +113,7 @@ def test_eval_input_errors(tmp_path):
     assert route("--eval", str(bad)).returncode == 2
 
 
+@pytest.mark.slow
 def test_the_shipped_model_is_what_training_on_the_repo_gives():
     from lemonade_onebit.laya.train import fit, load
 

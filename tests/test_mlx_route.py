@@ -8,7 +8,6 @@ from pathlib import Path
 
 import openai
 import pytest
-
 from conftest import Serve, http, sse_events
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mlx-tiny"
@@ -47,7 +46,7 @@ def test_mlx_stream_ends_with_done(mlx_serve):
 
 def test_mlx_and_onnx_agree_on_the_same_weights(mlx_serve):
     """Both fixtures hold one random model: greedy decoding must give the same words."""
-    from lemonade_onebit.onnx_server import Engine, Job
+    from lemonade_onebit.executors.onnx_server import Engine, Job
 
     engine = Engine(FIXTURE.parent / "onnx-tiny", None)
     onnx_text = engine.generate(Job(engine.encode_chat(HI), 4, 0.0, 1.0, []), lambda _: None).text

@@ -7,9 +7,9 @@ import json
 import subprocess
 
 import pytest
-
 from conftest import ONEBIT
-from lemonade_onebit.backends.llamacpp import LLAMA_FLAG_ALIASES
+
+from lemonade_onebit.backends.llamacpp import flag_key
 from lemonade_onebit.errors import RecipeError
 from lemonade_onebit.recipes import load_recipes, recipe_files
 from lemonade_onebit.recipes.match import Target, apply_recipes, matches
@@ -77,7 +77,7 @@ def test_narrow_before_broad_user_flags_win_and_env_is_not_overridden():
                                    "args": ["--threads", "8", "-b", "128", "--no-repack"]})
     argv, env, applied = apply_recipes(
         [narrow, broad], CPU_LLAMA, ["llama-server", "--batch-size", "64"], {"MINE": "user"},
-        LLAMA_FLAG_ALIASES)
+        flag_key)
     assert argv == ["llama-server", "--batch-size", "64", "-t", "2", "--no-repack"]
     assert env == {"MINE": "user", "OMP_WAIT_POLICY": "PASSIVE"}
     assert [a.recipe for a in applied] == ["llama-threads", "any-threads"]

@@ -32,6 +32,18 @@ class Sink:
         return False
 
 
+class ClosingSeen(StreamRelay):
+    """A relay that lets the test wait until the executor's close has reached it."""
+
+    def __init__(self, request: bytes) -> None:
+        super().__init__(request)
+        self.closed = asyncio.Event()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.closed.set()
+
+
 async def _relay(reply: bytes, split: int | None = None, attach_after_close: bool = False):
     async def answer(reader, writer):
         await reader.readuntil(b"\r\n\r\n")
@@ -47,11 +59,12 @@ async def _relay(reply: bytes, split: int | None = None, attach_after_close: boo
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    relay = StreamRelay(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    relay = ClosingSeen(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
     await relay.open("127.0.0.1", port)
     await relay.head
     if attach_after_close:
-        await asyncio.sleep(0.2)  # the whole reply and the close arrive before the sink
+        await relay.closed.wait()  # the whole reply and the close are in before the sink
+        assert not relay.done.done()  # the verdict waits until the held bytes are read
     sink = Sink()
     relay.forward_to(sink)
     finished = await asyncio.wait_for(relay.done, 5)
@@ -63,6 +76,13 @@ def test_whole_reply_before_the_client_is_attached_is_complete():
     relay, sink, finished = asyncio.run(_relay(HEAD + FRAMED + b"0\r\n\r\n", attach_after_close=True))
     assert finished is True
     assert bytes(sink.data) == FRAMED  # the last chunk is left to the HTTP front
+
+
+def test_a_reply_cut_before_the_client_is_attached_is_incomplete():
+    cut = FRAMED[:-5]
+    relay, sink, finished = asyncio.run(_relay(HEAD + cut, attach_after_close=True))
+    assert finished is False
+    assert bytes(sink.data) == cut and not relay.at_chunk_boundary()
 
 
 @pytest.mark.parametrize("split", [1, 2, 3, 7])

@@ -9,18 +9,22 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ONEBIT, http
+
 from lemonade_onebit.backends.ds4 import Ds4Launcher
 from lemonade_onebit.backends.llamacpp import (
-    CudaLauncher, HrxLauncher, RocmLauncher, VulkanLauncher,
+    CudaLauncher,
+    HrxLauncher,
+    RocmLauncher,
+    VulkanLauncher,
 )
 from lemonade_onebit.backends.mlx import MlxLauncher
 from lemonade_onebit.backends.npu import NpuLauncher
 from lemonade_onebit.backends.onnx import OnnxLauncher
 from lemonade_onebit.backends.zinc import ZincLauncher
+from lemonade_onebit.catalog.resolve import resolve_model
 from lemonade_onebit.config import ServeConfig
-from lemonade_onebit.modelref import ModelRef, resolve_model
+from lemonade_onebit.modelref import ModelRef
 from lemonade_onebit.route import refusals
 from lemonade_onebit.serve import merged_env
 
@@ -79,7 +83,7 @@ def test_mlx_argv_model_id_and_offline_hub(tmp_path, monkeypatch):
     launcher = MlxLauncher()
     argv = launcher.argv("/v/bin/mlx_lm.server", folder, 9, ServeConfig(model="m"))
     assert argv == ["/v/bin/mlx_lm.server", "--model", str(tmp_path), *BASE]
-    assert launcher.rewrite_body({"model": "m", "messages": []})["model"] == "default_model"
+    assert launcher.model_id("/v/bin/mlx_lm.server", folder) == "default_model"
     assert launcher.env(ServeConfig(model="m"), folder) == {
         "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
     assert (tmp_path / "hub").is_dir()
@@ -87,7 +91,7 @@ def test_mlx_argv_model_id_and_offline_hub(tmp_path, monkeypatch):
     hf = ModelRef("hf-id", Path("mlx-community/Qwen3-0.6B-4bit"), "Qwen3-0.6B-4bit",
                   "mlx-community/Qwen3-0.6B-4bit")
     assert lemon.argv("/b/lemon-mlx-server", hf, 9, ServeConfig(model="x"))[2] == hf.source
-    assert lemon.rewrite_body({"model": "x"}) == {"model": "mlx-community/Qwen3-0.6B-4bit"}
+    assert lemon.model_id("/b/lemon-mlx-server", hf) == hf.source
 
 
 def test_onnx_argv():
@@ -111,16 +115,27 @@ def test_npu_argv_readiness_and_lookup(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("launcher", "option", "value"),
-    [(OnnxLauncher, "parallel", 2), (OnnxLauncher, "mtp", "/h"), (OnnxLauncher, "dflash", "/d"),
-     (OnnxLauncher, "lean", True), (OnnxLauncher, "mmproj", "/p"),
-     (Ds4Launcher, "parallel", 2), (Ds4Launcher, "mtp", "/h"),
-     (CudaLauncher, "lean", True), (ZincLauncher, "parallel", 2), (MlxLauncher, "ctx_size", 9),
-     (NpuLauncher, "parallel", 2), (NpuLauncher, "llama_server", "/x")],
+    ("launcher", "option", "value", "reason"),
+    [
+        (OnnxLauncher, "parallel", 2, "--parallel: the ONNX server runs one generation at a time"),
+        (OnnxLauncher, "mtp", "/h", "--mtp: ONNX Runtime GenAI has no speculative decoding here"),
+        (OnnxLauncher, "dflash", "/d",
+         "--dflash: ONNX Runtime GenAI has no speculative decoding here"),
+        (OnnxLauncher, "lean", True, "--lean: --lean is for ROCmFPX GGUF files"),
+        (OnnxLauncher, "mmproj", "/p", "--mmproj: ONNX GenAI folders carry their own vision model"),
+        (Ds4Launcher, "parallel", 2, "--parallel: ds4-server serves one request at a time"),
+        (Ds4Launcher, "mtp", "/h", "--mtp: ds4-server has no multi-token-prediction head"),
+        (CudaLauncher, "lean", True,
+         "--lean: --lean needs a ROCmFPX build (--device vulkan or rocm)"),
+        (ZincLauncher, "parallel", 2, "--parallel is not supported on the zinc route"),
+        (MlxLauncher, "ctx_size", 9, "--ctx-size is not supported on the mlx route"),
+        (NpuLauncher, "parallel", 2, "--parallel: the NPU lane runs one sequence at a time"),
+        (NpuLauncher, "executors", (("--llama-server", "/x"),),
+         "--llama-server names an executor the npu route does not use"),
+    ],
 )
-def test_routes_refuse_what_they_cannot_honour(launcher, option, value):
-    found = refusals(ServeConfig(model="m", **{option: value}), launcher)
-    assert found and all(f.startswith("--") for f in found)
+def test_routes_refuse_what_they_cannot_honour_with_the_reason(launcher, option, value, reason):
+    assert refusals(ServeConfig(model="m", **{option: value}), launcher) == [reason]
 
 
 def test_environment_extras_never_override_the_user(monkeypatch):
@@ -154,7 +169,15 @@ def _standin(tmp_path: Path, flavour: str) -> str:
     return str(script)
 
 
-def test_zinc_end_to_end_through_standin(start_serve, tmp_path, smollm2):
+ANYWAY = "running the named executor anyway"
+
+
+@pytest.mark.parametrize(("kinds", "warning"),
+                         [((), f"no vulkan or amd-gpu detected; {ANYWAY}"), (("amd-gpu",), None)],
+                         ids=["cpu-only", "amd-gpu"])
+def test_zinc_end_to_end_through_standin(start_serve, fake_sysfs, tmp_path, smollm2, kinds,
+                                         warning):
+    fake_sysfs(*kinds)
     serve = start_serve("-m", str(smollm2), "--device", "zinc", "-c", "2048",
                         "--zinc", _standin(tmp_path, "zinc")).wait_ready()
     status, raw = http("POST", serve.url + "/v1/chat/completions",
@@ -170,8 +193,11 @@ def test_zinc_end_to_end_through_standin(start_serve, tmp_path, smollm2):
                         "messages": [{"role": "user", "content": "hi"}]})
     assert status == 200 and raw.endswith(b"data: [DONE]\n\n")
     status, raw = http("GET", serve.url + "/slots")
-    assert status == 501 and json.loads(raw)["error"]["type"] == "not_implemented"
-    assert "no vulkan or amd-gpu detected" in serve.log()
+    assert status == 501 and json.loads(raw)["error"]["type"] == "not_supported_error"
+    if warning is None:
+        assert ANYWAY not in serve.log()
+    else:
+        assert warning in serve.log()
 
 
 def test_ds4_is_ready_on_v1_models(start_serve, tmp_path):
@@ -185,9 +211,14 @@ def test_ds4_is_ready_on_v1_models(start_serve, tmp_path):
     assert "auto picked ds4 for 1bp" in serve.log()
 
 
-def test_devices_json_reports_cpu_and_its_executor(llama_server):
-    out = subprocess.run([ONEBIT, "devices", "--json"], capture_output=True, text=True, check=True)
-    report = json.loads(out.stdout)
+def devices_json(env: dict) -> dict:
+    out = subprocess.run([ONEBIT, "devices", "--json"], capture_output=True, text=True, check=True,
+                         env=env, timeout=60)
+    return json.loads(out.stdout)
+
+
+def test_devices_json_reports_cpu_and_its_executor(llama_server, fake_sysfs):
+    report = devices_json(fake_sysfs())
     assert [d["kind"] for d in report["devices"]] == ["cpu"]
     cpu = next(r for r in report["routes"] if r["device"] == "cpu")
     assert cpu["available"] and cpu["executor"] == llama_server
@@ -199,12 +230,43 @@ def test_devices_json_reports_cpu_and_its_executor(llama_server):
     assert onnx["available"] and onnx["executor"].endswith("onebit-onnx-server")
 
 
-def test_npu_folder_end_to_end_through_standin(start_serve, tmp_path):
+NO_DEVICE_NEEDED = {"cpu", "ds4", "onnx", "mlx"}  # mlx: MLX's CPU build is installed
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "routes"),
+    [("nvidia-gpu", "NVIDIA H200", {"cuda"}),
+     ("amd-gpu", "AMD GPU gfx1100", {"hrx", "rocm", "vulkan", "zinc"}),
+     ("npu", "AMD XDNA NPU (accel0)", {"npu"})],
+)
+def test_devices_json_reports_a_device_and_the_routes_it_opens(fake_sysfs, tmp_path, kind, name,
+                                                               routes):
+    """With no GPU build installed, those routes show no executor: not the CPU build."""
+    (tmp_path / "empty-bin").mkdir()
+    report = devices_json({**fake_sysfs(kind), "PATH": str(tmp_path / "empty-bin"),
+                           "ONEBIT_LLAMA_SERVER": "", "ONEBIT_NPU_SERVER": "", "ONEBIT_ZINC": ""})
+    assert [(d["kind"], d["name"]) for d in report["devices"][:-1]] == [(kind, name)]
+    assert report["devices"][-1]["kind"] == "cpu"
+    assert {r["device"] for r in report["routes"] if r["available"]} == NO_DEVICE_NEEDED | routes
+    assert {r["device"]: r["executor"] for r in report["routes"] if r["device"] in routes} == {
+        device: None for device in routes}
+
+
+@pytest.mark.parametrize(
+    ("kinds", "device", "said"),
+    [((), ["--device", "npu"], f"no npu detected; {ANYWAY}"),
+     (("npu",), [], "auto picked npu for npu")],
+    ids=["cpu-only", "npu"],
+)
+def test_npu_folder_end_to_end_through_standin(start_serve, fake_sysfs, tmp_path, kinds, device,
+                                               said):
+    fake_sysfs(*kinds)
     folder = tmp_path / "qwen-npu"
     (folder / "npu").mkdir(parents=True)
     (folder / "model.q4nx").write_bytes(b"q4nx")
-    serve = start_serve("-m", str(folder), "--device", "npu", "-c", "1024",
+    serve = start_serve("-m", str(folder), *device, "-c", "1024",
                         env={"ONEBIT_NPU_SERVER": _standin(tmp_path, "npu")}).wait_ready()
+    assert said in serve.log()
     status, raw = http("POST", serve.url + "/v1/chat/completions",
                        {"messages": [{"role": "user", "content": "hi"}]})
     assert status == 200 and json.loads(raw)["model"] == "qwen-npu"
@@ -243,16 +305,19 @@ os.execv("{real}", ["{real}", *out])
 
 
 @pytest.mark.parametrize(
-    ("device", "args", "device_flag", "env"),
+    ("device", "kind", "args", "device_flag", "env"),
     [
-        ("hrx", ["--hrx-libhsa", "/opt/rocm/lib/libhsa-runtime64.so"], "HRX0",
+        ("hrx", "amd-gpu", ["--hrx-libhsa", "/opt/rocm/lib/libhsa-runtime64.so"], "HRX0",
          {"IREE_HAL_AMDGPU_LIBHSA_PATH": "/opt/rocm/lib/libhsa-runtime64.so"}),
-        ("rocm", ["--lean"], "ROCm0", {"GGML_W4A4_TENSORS": "all"}),
-        ("vulkan", [], "Vulkan0", {}),
+        ("rocm", "amd-gpu", ["--lean"], "ROCm0", {"GGML_W4A4_TENSORS": "all"}),
+        ("vulkan", "amd-gpu", [], "Vulkan0", {}),
+        ("cuda", "nvidia-gpu", [], None, {}),
     ],
 )
-def test_gpu_llama_server_routes_end_to_end(start_serve, tmp_path, smollm2, llama_server,
-                                            device, args, device_flag, env):
+def test_gpu_llama_server_routes_end_to_end(start_serve, fake_sysfs, tmp_path, smollm2,
+                                            llama_server, device, kind, args, device_flag, env):
+    """On a machine with the route's device, the named GPU build runs with its device flags."""
+    fake_sysfs(kind)
     model = tmp_path / "SmolLM2-H32.gguf"  # an H32 name: the lean route sets W4A4 for it
     model.symlink_to(smollm2)
     wrapper, record = _recording_llama_server(tmp_path, llama_server)
@@ -262,6 +327,11 @@ def test_gpu_llama_server_routes_end_to_end(start_serve, tmp_path, smollm2, llam
                        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
     assert status == 200
     seen = json.loads(record.read_text())
-    assert seen["argv"][seen["argv"].index("--device") + 1] == device_flag
+    if device_flag is None:
+        assert "--device" not in seen["argv"]
+    else:
+        assert seen["argv"][seen["argv"].index("--device") + 1] == device_flag
     assert seen["argv"][seen["argv"].index("-ngl") + 1] == "99"
     assert {k: v for k, v in seen["env"].items() if v} == env
+    assert f"SmolLM2-H32 on {device} ({wrapper})" in serve.log()
+    assert ANYWAY not in serve.log()

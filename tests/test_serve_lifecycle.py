@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import stat
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
 from http.client import HTTPException
+from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import http, sse_events
+
+from lemonade_onebit.serve import process
+
+STANDIN = Path(__file__).parent / "standins" / "executor.py"
 
 LONG = {"messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
         "max_tokens": 2000, "temperature": 1.0, "stream": True,
@@ -29,10 +36,30 @@ def _script(tmp_path, name: str, body: str) -> str:
     return str(path)
 
 
+def _standin(tmp_path, flavour: str, **env: str) -> str:
+    """A wrapper executable around the stand-in executor, with the misbehaviours in `env`."""
+    path = tmp_path / f"{flavour}-standin"
+    exports = "".join(f"export {k}={v}\n" for k, v in env.items())
+    path.write_text(f'#!/bin/sh\n{exports}exec "{sys.executable}" "{STANDIN}" {flavour} "$@"\n')
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
 def _executor(serve) -> psutil.Process:
     kids = serve.children()
     assert len(kids) == 1, kids
     return kids[0]
+
+
+def _grandchild(serve) -> psutil.Process:
+    """The process the stand-in started in its own session, from the line it printed."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for line in serve.log().splitlines():
+            if line.startswith("grandchild "):
+                return psutil.Process(int(line.split()[1]))
+        time.sleep(0.05)
+    pytest.fail("the stand-in never started its grandchild")
 
 
 def test_health_is_503_while_loading_then_200(start_serve, tmp_path, smollm2, llama_server):
@@ -231,3 +258,60 @@ def _wait_processing(url: str, timeout: float = 10) -> None:
             return
         time.sleep(0.05)
     pytest.fail("the generation never started")
+
+
+def test_health_fails_at_once_when_the_executor_exits_though_a_grandchild_holds_its_output(
+        start_serve, tmp_path):
+    model = tmp_path / "tiny.1bp"
+    model.write_bytes(b"1bp")
+    serve = start_serve("-m", str(model), env={
+        "ONEBIT_DS4": _standin(tmp_path, "ds4", STANDIN_GRANDCHILD="1")}).wait_ready()
+    grandchild = _grandchild(serve)
+    try:
+        psutil.Process(serve.proc.pid).children()[0].kill()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and serve.health() != 503:
+            time.sleep(0.02)
+        status, raw = http("GET", serve.url + "/health")
+        assert status == 503, "the executor's exit was not seen while its grandchild lived"
+        assert "exited with code -9" in json.loads(raw)["message"]
+        assert grandchild.is_running()  # the pipe was still held, so the drain never ended
+    finally:
+        grandchild.kill()
+
+
+def test_load_fails_at_once_when_the_executor_exits_though_a_grandchild_holds_its_output(
+        start_serve, tmp_path):
+    model = tmp_path / "tiny.1bp"
+    model.write_bytes(b"1bp")
+    serve = start_serve("-m", str(model), env={
+        "ONEBIT_DS4": _standin(tmp_path, "ds4", STANDIN_GRANDCHILD="1", STANDIN_EXIT="3")})
+    grandchild = _grandchild(serve)
+    try:
+        assert serve.wait_exit(15) == 1  # not at the 600 s stall timeout
+        last = serve.log().strip().splitlines()[-1]
+        assert "exited with code 3: error: the stand-in fails on purpose" in last
+    finally:
+        grandchild.kill()
+
+
+PDEATHSIG_AND_PARENT = ("import ctypes, os; sig = ctypes.c_int(); "
+                        "ctypes.CDLL(None).prctl(2, ctypes.byref(sig)); "
+                        "print(sig.value, os.getppid())")
+
+
+@pytest.mark.executor
+def test_spawn_sets_the_death_signal_without_preexec_fn(monkeypatch):
+    calls = []
+    popen = subprocess.Popen
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", recording)
+    child = process.spawn([sys.executable, "-c", PDEATHSIG_AND_PARENT])
+    out, _ = child.communicate(timeout=30)
+    assert calls and all(c.get("preexec_fn") is None for c in calls)
+    # SIGKILL when serve dies, and the executor itself is serve's child: no wrapper in between.
+    assert out.split() == [str(int(signal.SIGKILL)).encode(), str(os.getpid()).encode()]

@@ -1,14 +1,17 @@
-"""`1bit serve` with the real llama-server and SmolLM2, driven by the OpenAI client and raw HTTP."""
+"""`1bit serve` with the real llama-server and SmolLM2, driven by the OpenAI client and raw HTTP;
+and serve over a llama-server stand-in that closes the connections serve pools."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import stat
+import sys
+from pathlib import Path
 
 import aiohttp
 import openai
 import pytest
-
 from conftest import http, sse_events
 
 PARIS = [{"role": "user", "content": "What is the capital of France? One word."}]
@@ -139,14 +142,82 @@ def test_32_concurrent_streams_complete_with_well_formed_sse(smol_serve):
         assert payloads and all(p["object"] == "chat.completion.chunk" for p in payloads)
 
 
-def test_request_after_executor_closed_idle_connections_succeeds(smol_serve):
-    """llama-server drops idle keep-alive connections after 5 s; serve must not answer 502."""
-    import time
+CLOSING_EXECUTOR = r"""
+import asyncio, json, sys
 
-    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+mode, record = sys.argv[1], sys.argv[2]  # mode: once (per connection) | never
+port = int(sys.argv[sys.argv.index("--port") + 1])
+chats = []  # chat requests each connection carried, in the order they were accepted
+REPLY = json.dumps({"object": "chat.completion", "model": "x", "choices": []}).encode()
+
+
+async def handle(reader, writer):
+    connection = len(chats)
+    chats.append(0)
+    while True:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            break
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        await reader.readexactly(length)
+        body = b'{"status": "ok"}'
+        if not head.startswith(b"GET /health"):
+            chats[connection] += 1
+            with open(record, "w") as f:
+                json.dump([n for n in chats if n], f)
+            if mode == "never" or chats[connection] > 1:
+                break  # closed with the request unanswered, as an idle close meets it
+            body = REPLY
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
+        await writer.drain()
+    writer.close()
+
+
+async def main():
+    server = await asyncio.start_server(handle, "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+asyncio.run(main())
+"""
+
+
+def _closing_executor(tmp_path: Path, mode: str) -> tuple[str, Path]:
+    """A llama-server stand-in that keeps connections alive but closes one, unanswered, when a
+    chat arrives on it after it answered one (`once`) or at the first chat (`never`)."""
+    script, record = tmp_path / "closing_executor.py", tmp_path / "chats.json"
+    script.write_text(CLOSING_EXECUTOR)
+    wrapper = tmp_path / "closing-llama-server"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" {mode} "{record}" "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return str(wrapper), record
+
+
+def test_a_pooled_connection_the_executor_closed_is_retried_on_a_new_one(start_serve, smollm2,
+                                                                        tmp_path):
+    """llama-server closes idle keep-alive connections: a request that meets such a close on
+    serve's pooled connection goes out again on a fresh one instead of failing with a 502."""
+    wrapper, record = _closing_executor(tmp_path, "once")
+    serve = start_serve("-m", str(smollm2), "--alias", "smol", "--llama-server", wrapper)
+    serve.wait_ready()
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
     for _ in range(2):
-        status, raw = http("POST", smol_serve.url + "/v1/chat/completions", chat)
+        status, raw = http("POST", serve.url + "/v1/chat/completions", chat)
         assert status == 200, raw
-        time.sleep(5.5)
-    status, raw = http("POST", smol_serve.url + "/v1/chat/completions", chat)
-    assert status == 200, raw
+        assert json.loads(raw)["model"] == "smol"
+    assert json.loads(record.read_text()) == [2, 1]  # the second chat met the close, then a new one
+
+
+def test_an_executor_that_closes_twice_gets_a_502_after_one_retry(start_serve, smollm2, tmp_path):
+    wrapper, record = _closing_executor(tmp_path, "never")
+    serve = start_serve("-m", str(smollm2), "--llama-server", wrapper).wait_ready()
+    status, raw = http("POST", serve.url + "/v1/chat/completions",
+                       {"messages": [{"role": "user", "content": "hi"}]})
+    assert status == 502 and json.loads(raw)["error"]["code"] == "executor_failed"
+    assert json.loads(record.read_text()) == [1, 1]

@@ -37,12 +37,13 @@ sys.path.insert(0, str(ROOT))
 
 from lemonade_onebit.backends import launcher_for  # noqa: E402
 from lemonade_onebit.bench.common import wait_health  # noqa: E402
+from lemonade_onebit.catalog.resolve import resolve_model  # noqa: E402
 from lemonade_onebit.config import ServeConfig  # noqa: E402
-from lemonade_onebit.modelref import resolve_model  # noqa: E402
 from lemonade_onebit.serve import free_port  # noqa: E402
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
-BATCHES = tuple(tuple(int(x) for x in b.split("x")) for b in os.environ.get("PROBE_BATCHES", "1x64,8x64,32x64,8x256").split(","))
+BATCHES = tuple(tuple(int(x) for x in b.split("x"))
+                for b in os.environ.get("PROBE_BATCHES", "1x64,8x64,32x64,8x256").split(","))
 
 
 # -- the bare proxy ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ how to start its executor.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -15,16 +16,23 @@ from lemonade_onebit.modelref import ModelRef
 
 @dataclass(frozen=True)
 class LauncherInfo:
+    """Everything about a route that is data. `1bit serve`'s options and `--help`, the validated
+    config, `--device auto`, `1bit devices`, the Laya policy's devices and the README's route table
+    are all generated from these, so a launcher from another package is a first-class route."""
+
     name: str
-    device: str
-    model_kinds: frozenset[str]
+    device: str  # its `--device` value
+    model_kinds: frozenset[str]  # ModelRef kinds it serves
     executor: str  # program name looked up on PATH
-    executor_option: str | None  # ServeConfig field of its --<executor> path flag, if it has one
     executor_env: str  # environment variable naming the executor
-    readiness: str = "/health"
+    executor_flag: str | None = None  # `1bit serve` flag naming the executor's path
+    summary: str = ""  # what runs, in a few words (--help, the README's route table)
+    readiness: str = "/health"  # path polled until it answers 200
     options: frozenset[str] = frozenset()  # ROUTE_OPTIONS fields this route honours
-    refusals: dict[str, str] = field(default_factory=dict)  # field -> why the route refuses it
+    refusals: Mapping[str, str] = field(default_factory=dict)  # field -> why the route refuses it
     llama_server_api: bool = False  # relays /tokenize, /slots, /props, /metrics, ...
+    auth_env: str | None = None  # the executor's API-key variable: its private port answers only to serve
+    flag_aliases: Mapping[str, str] = field(default_factory=dict)  # the executor's flag spellings
     auto_rank: int = 0  # higher wins under --device auto
     auto_kinds: frozenset[str] | None = None  # kinds auto may pick it for (None: model_kinds)
     needs: tuple[str, ...] = ()  # device kinds (devices.py), any of which makes it available
@@ -54,6 +62,11 @@ class Launcher:
     def env(self, config: ServeConfig, model: ModelRef) -> dict[str, str]:
         """Extra environment for the executor; serve never lets it override what the user set."""
         return {}
+
+    def model_id(self, executor: str, model: ModelRef) -> str | None:
+        """The model id requests must carry, for an executor that insists on one; None passes
+        the client's."""
+        return None
 
     def rewrite_body(self, payload: dict) -> dict | None:
         """The request body as this executor needs it, or None when it takes it unchanged."""

@@ -11,7 +11,8 @@ class Ds4Launcher(Launcher):
     info = LauncherInfo(
         name="ds4", device="ds4", model_kinds=frozenset({"1bp", "gguf"}),
         auto_kinds=frozenset({"1bp"}), auto_rank=10,
-        executor="ds4-server", executor_option="ds4", executor_env="ONEBIT_DS4",
+        executor="ds4-server", executor_flag="--ds4", executor_env="ONEBIT_DS4",
+        summary="`ds4-server -m M --host 127.0.0.1 --port P [--ctx N]`",
         readiness="/v1/models", options=frozenset({"ctx_size"}),
         refusals={"parallel": "ds4-server serves one request at a time",
                   "mtp": "ds4-server has no multi-token-prediction head"},

@@ -6,7 +6,7 @@ import os
 import shutil
 
 from lemonade_onebit.backends.base import Launcher
-from lemonade_onebit.config import EXECUTOR_OPTIONS, ServeConfig
+from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.errors import RunError
 
 
@@ -14,16 +14,16 @@ def _named(launcher: Launcher, config: ServeConfig) -> list[tuple[str, str | Non
     """The user's own choices, in lookup order: the command-line path, then the environment."""
     info = launcher.info
     named = []
-    if info.executor_option:
-        named.append((EXECUTOR_OPTIONS[info.executor_option], getattr(config, info.executor_option)))
+    if info.executor_flag:
+        named.append((info.executor_flag, config.executor_path(info.executor_flag)))
     named.append((f"${info.executor_env}", os.environ.get(info.executor_env)))
     return named
 
 
 def executor_hint(launcher: Launcher) -> str:
     info = launcher.info
-    if info.executor_option:
-        return f"pass {EXECUTOR_OPTIONS[info.executor_option]} PATH or set ${info.executor_env}"
+    if info.executor_flag:
+        return f"pass {info.executor_flag} PATH or set ${info.executor_env}"
     return f"set ${info.executor_env}"
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from lemonade_onebit.backends.base import Launcher, LauncherInfo
 from lemonade_onebit.config import ServeConfig
+from lemonade_onebit.errors import UsageError
 from lemonade_onebit.modelref import ModelRef
+from lemonade_onebit.recipes.match import flag_groups
 
 LLAMA_SERVER_OPTIONS = frozenset(
     {"ctx_size", "flash_attn", "parallel", "mtp", "mtp_max", "mtp_p_min", "dflash", "mmproj",
@@ -16,43 +18,69 @@ LLAMA_SERVER_OPTIONS = frozenset(
 )
 NO_LEAN = "--lean needs a ROCmFPX build (--device vulkan or rocm)"
 
-# llama-server's other spellings of one flag, so a recipe never adds a flag the user already gave.
+# llama-server's other spellings of one flag, so a flag is never given twice (a recipe's, serve's
+# and the user's or Lemonade's are merged into one command line).
 LLAMA_FLAG_ALIASES = {
     "--threads": "-t", "--ctx-size": "-c", "--flash-attn": "-fa", "--parallel": "-np",
     "--batch-size": "-b", "--ubatch-size": "-ub", "--n-gpu-layers": "-ngl",
     "--gpu-layers": "-ngl", "--repack": "-nr", "--no-repack": "-nr", "--threads-batch": "-tb",
+    "--device": "-dev", "--embedding": "--embeddings", "--model-draft": "-md",
+    "--gpu-layers-draft": "-ngld", "--n-gpu-layers-draft": "-ngld", "--model": "-m",
 }
+# Flags serve sets itself on the executor: its model, and the private address only serve talks to.
+SERVE_OWNED = {"-m": "model", "--host": "address", "--port": "port", "--api-key": "key"}
+
+
+def flag_key(flag: str) -> str:
+    """One name for every spelling of a llama-server flag: `--flag=v`, an alias, `--no-flag`."""
+    flag = flag.split("=", 1)[0]
+    flag = LLAMA_FLAG_ALIASES.get(flag, flag)
+    if flag.startswith("--no-"):
+        positive = "--" + flag[len("--no-"):]
+        flag = LLAMA_FLAG_ALIASES.get(positive, positive)
+    return flag
+
+
+def merge_flags(ours: list[list[str]], theirs: list[str]) -> list[str]:
+    """Our flag groups and the user's (or Lemonade's) flags as one command line: each flag once,
+    theirs winning where both set it; theirs keep their order after ours."""
+    given = {flag_key(g[0]) for g in flag_groups(list(theirs))}
+    for key, what in SERVE_OWNED.items():
+        if key in given:
+            raise UsageError(f"{key} is for serve to set (the executor's {what}); "
+                             f"give it to serve, not after `--`")
+    kept = [arg for group in ours if flag_key(group[0]) not in given for arg in group]
+    return kept + list(theirs)
 
 
 def llama_server_argv(
     executor: str, model: ModelRef, port: int, config: ServeConfig, device_args: list[str]
 ) -> list[str]:
-    """The argv every llama-server route shares (SPEC §3), around the route's own device flags."""
-    argv = [executor, "-m", str(model.path), "--host", "127.0.0.1", "--port", str(port)]
-    argv += device_args
-    argv += ["--jinja", "--alias", model.served_id]
+    """The argv every llama-server route shares (SPEC §3), around the route's own device flags,
+    merged with the flags after `--` (or Lemonade's): each flag once, theirs winning."""
+    groups = [[executor], ["-m", str(model.path)], ["--host", "127.0.0.1"], ["--port", str(port)]]
+    groups += flag_groups(list(device_args))
+    groups += [["--jinja"], ["--alias", model.served_id]]
     if config.ctx_size is not None:
-        argv += ["-c", str(config.ctx_size)]
+        groups.append(["-c", str(config.ctx_size)])
     if config.flash_attn is not None:
-        argv += ["-fa", config.flash_attn]
+        groups.append(["-fa", config.flash_attn])
     if config.parallel is not None:
-        argv += ["-np", str(config.parallel)]
-    if config.mtp:
-        argv += ["--spec-type", "draft-mtp", "-md", config.mtp, "-ngld", "99"]
-    if config.dflash:
-        argv += ["--spec-type", "draft-dflash", "-md", config.dflash, "-ngld", "99"]
+        groups.append(["-np", str(config.parallel)])
+    for draft, kind in ((config.mtp, "draft-mtp"), (config.dflash, "draft-dflash")):
+        if draft:
+            groups += [["--spec-type", kind], ["-md", draft], ["-ngld", "99"]]
     if config.mtp_max is not None:
-        argv += ["--spec-draft-n-max", str(config.mtp_max)]
+        groups.append(["--spec-draft-n-max", str(config.mtp_max)])
     if config.mtp_p_min is not None:
-        argv += ["--spec-draft-p-min", str(config.mtp_p_min)]
+        groups.append(["--spec-draft-p-min", str(config.mtp_p_min)])
     if config.mmproj:
-        argv += ["--mmproj", config.mmproj]
+        groups.append(["--mmproj", config.mmproj])
     if config.embedding:
-        argv.append("--embeddings")
+        groups.append(["--embeddings"])
     if config.reranking:
-        argv.append("--reranking")
-    argv += config.extra_args
-    return argv
+        groups.append(["--reranking"])
+    return [executor, *merge_flags(groups[1:], list(config.extra_args))]
 
 
 class LlamaServerLauncher(Launcher):
@@ -78,24 +106,27 @@ class LlamaServerLauncher(Launcher):
         return llama_server_argv(executor, model, port, config, list(self.device_args))
 
 
-def _info(device: str, **kw) -> LauncherInfo:
+def _info(device: str, summary: str, **kw) -> LauncherInfo:
     kw.setdefault("options", LLAMA_SERVER_OPTIONS)
     kw.setdefault("refusals", {"lean": NO_LEAN})
     return LauncherInfo(
         name=f"llamacpp-{device}", device=device, model_kinds=frozenset({"gguf"}),
-        executor="llama-server", executor_option="llama_server",
-        executor_env="ONEBIT_LLAMA_SERVER", llama_server_api=True, **kw,
+        executor="llama-server", executor_flag="--llama-server",
+        executor_env="ONEBIT_LLAMA_SERVER", llama_server_api=True, auth_env="LLAMA_API_KEY",
+        flag_aliases=LLAMA_FLAG_ALIASES, summary=summary, **kw,
     )
 
 
 class CpuLauncher(LlamaServerLauncher):
-    info = _info("cpu", auto_rank=0)
-    device_args = ("-ngl", "0")
+    info = _info("cpu", "llama-server `--device none`", auto_rank=0)
+    # `--device none` keeps every layer on the CPU in any build, and unlike `-ngl 0` it says
+    # nothing on a build without a GPU backend.
+    device_args = ("--device", "none")
     backend = "cpu"
 
 
 class CudaLauncher(LlamaServerLauncher):
-    info = _info("cuda", auto_rank=45, needs=("nvidia-gpu",))
+    info = _info("cuda", "CUDA llama-server `-ngl 99`", auto_rank=45, needs=("nvidia-gpu",))
     device_args = ("-ngl", "99")
     backend = "cuda"
 
@@ -108,22 +139,24 @@ class LeanCapableLauncher(LlamaServerLauncher):
 
 
 class VulkanLauncher(LeanCapableLauncher):
-    info = _info("vulkan", auto_rank=40, needs=("vulkan", "amd-gpu"),
+    info = _info("vulkan", "llama-server `--device Vulkan0 -ngl 99`; `--lean`: the ROCmFPX build",
+                 auto_rank=40, needs=("vulkan", "amd-gpu"),
                  options=LLAMA_SERVER_OPTIONS | {"lean"}, refusals={})
     device_args = ("--device", "Vulkan0", "-ngl", "99")
     backend = "vulkan"
 
 
 class RocmLauncher(LeanCapableLauncher):
-    info = _info("rocm", auto_rank=30, needs=("amd-gpu",),
+    info = _info("rocm", "ROCm llama-server `--device ROCm0 -ngl 99`; `--lean`: the ROCmFPX build "
+                 "(`GGML_W4A4_TENSORS=all` for H32 files)", auto_rank=30, needs=("amd-gpu",),
                  options=LLAMA_SERVER_OPTIONS | {"lean"}, refusals={})
     device_args = ("--device", "ROCm0", "-ngl", "99")
     backend = "rocm"
 
 
 class HrxLauncher(LlamaServerLauncher):
-    info = _info("hrx", auto_rank=50, needs=("amd-gpu",),
-                 options=LLAMA_SERVER_OPTIONS | {"hrx_libhsa"})
+    info = _info("hrx", "HRX llama-server `--device HRX0 -ngl 99` (`--hrx-libhsa`)", auto_rank=50,
+                 needs=("amd-gpu",), options=LLAMA_SERVER_OPTIONS | {"hrx_libhsa"})
     device_args = ("--device", "HRX0", "-ngl", "99")
     backend = "hrx"
 

@@ -21,12 +21,10 @@ MLX_LM_SERVER = "mlx_lm.server"
 class MlxLauncher(Launcher):
     info = LauncherInfo(
         name="mlx", device="mlx", model_kinds=frozenset({"mlx", "hf-id"}), auto_rank=20,
-        executor="lemon-mlx-server", executor_option="mlx_server",
+        executor="lemon-mlx-server", executor_flag="--mlx-server",
+        summary="`lemon-mlx-server`, else `mlx_lm.server`; requests carry the id it expects",
         executor_env="LEMONADE_MLX_SERVER", needs=("apple-silicon",),
     )
-
-    def __init__(self) -> None:
-        self.model_id: str | None = None
 
     def available(self) -> bool:
         import importlib.util
@@ -38,10 +36,13 @@ class MlxLauncher(Launcher):
         return str(script) if script.is_file() else None
 
     def argv(self, executor: str, model: ModelRef, port: int, config: ServeConfig) -> list[str]:
-        source = str(model.path) if model.kind == "mlx" else model.source
-        self.model_id = "default_model" if Path(executor).name == MLX_LM_SERVER else source
-        return [executor, "--model", source, "--host", "127.0.0.1", "--port", str(port),
+        return [executor, "--model", _source(model), "--host", "127.0.0.1", "--port", str(port),
                 *config.extra_args]
+
+    def model_id(self, executor: str, model: ModelRef) -> str:
+        """The model id requests must carry: `mlx_lm.server` answers only for `default_model`,
+        `lemon-mlx-server` for the model it was started with."""
+        return "default_model" if Path(executor).name == MLX_LM_SERVER else _source(model)
 
     def env(self, config: ServeConfig, model: ModelRef) -> dict[str, str]:
         cache = os.environ.get("HF_HUB_CACHE") or str(Path(tempfile.gettempdir()) / "onebit-hf-cache")
@@ -51,7 +52,6 @@ class MlxLauncher(Launcher):
             extra["HF_HUB_OFFLINE"] = "1"
         return extra
 
-    def rewrite_body(self, payload: dict) -> dict | None:
-        if self.model_id is None or payload.get("model") == self.model_id:
-            return None
-        return {**payload, "model": self.model_id}
+
+def _source(model: ModelRef) -> str:
+    return str(model.path) if model.kind == "mlx" else model.source

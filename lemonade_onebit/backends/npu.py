@@ -14,7 +14,8 @@ from lemonade_onebit.modelref import ModelRef
 class NpuLauncher(Launcher):
     info = LauncherInfo(
         name="npu", device="npu", model_kinds=frozenset({"npu"}), auto_rank=60,
-        executor="onebit-npu-server", executor_option=None, executor_env="ONEBIT_NPU_SERVER",
+        executor="onebit-npu-server", executor_env="ONEBIT_NPU_SERVER",
+        summary="`onebit-npu-server -m DIR --host 127.0.0.1 --port P` (XRT runlist)",
         readiness="/v1/health", options=frozenset({"ctx_size"}), needs=("npu",),
         refusals={"parallel": "the NPU lane runs one sequence at a time"},
     )

@@ -18,7 +18,8 @@ _ONE_AT_A_TIME = "the ONNX server runs one generation at a time"
 class OnnxLauncher(Launcher):
     info = LauncherInfo(
         name="onnx", device="onnx", model_kinds=frozenset({"onnx"}), auto_rank=10,
-        executor="ryzenai-server", executor_option="onnx_server",
+        executor="ryzenai-server", executor_flag="--onnx-server",
+        summary="`ryzenai-server -m DIR --port P`, else `onebit-onnx-server` over ONNX Runtime GenAI",
         executor_env="ONEBIT_ONNX_SERVER", options=frozenset({"ctx_size"}),
         refusals={
             "parallel": _ONE_AT_A_TIME,

@@ -10,7 +10,8 @@ from lemonade_onebit.modelref import ModelRef
 class ZincLauncher(Launcher):
     info = LauncherInfo(
         name="zinc", device="zinc", model_kinds=frozenset({"gguf"}), auto_kinds=frozenset(),
-        executor="zinc", executor_option="zinc", executor_env="ONEBIT_ZINC",
+        executor="zinc", executor_flag="--zinc", executor_env="ONEBIT_ZINC",
+        summary="ZINC `zinc -m M -p P [-c N]`, `RADV_PERFTEST=coop_matrix`, requests without `model`",
         options=frozenset({"ctx_size"}), needs=("vulkan", "amd-gpu"),
     )
 

@@ -41,7 +41,7 @@ def run_bench(opts: BenchOptions) -> int:
         raise UsageError(f"--plot {opts.plot}: give a .png file")
     files = []
     if opts.mode == "swap":
-        from lemonade_onebit.modelref import resolve_model
+        from lemonade_onebit.catalog.resolve import resolve_model
 
         files = swap.model_files(resolve_model(opts.model).path)
     steps = {"ab": ab.steps(opts.prompt_reps, opts.decode_reps),

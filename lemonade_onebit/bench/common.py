@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shlex
 import subprocess
@@ -13,7 +12,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tqdm import tqdm
+
 from lemonade_onebit.errors import RunError, UsageError
+from lemonade_onebit.portable import try_lock
 
 # Every request: no prompt cache, no thinking, so configs and runs compare.
 COMMON = {"cache_prompt": False, "chat_template_kwargs": {"enable_thinking": False}}
@@ -75,7 +77,8 @@ def wait_health(url: str, proc: subprocess.Popen, path: str = "/health", timeout
             if log is not None:
                 tail = log.read_text(errors="replace").strip().splitlines()[-1:]
                 where = f": {' '.join(tail)} (log: {log})"
-            raise RunError(f"{what or Path(proc.args[0]).name} exited {proc.returncode}{where}")
+            program = proc.args[0] if isinstance(proc.args, (list, tuple)) else proc.args
+            raise RunError(f"{what or Path(str(program)).name} exited {proc.returncode}{where}")
         try:
             with urllib.request.urlopen(url + path, timeout=2) as resp:
                 if resp.status == 200:
@@ -127,55 +130,28 @@ class Run:
 
 def take_lock(path: str):
     handle = open(path, "a")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not try_lock(handle):
         handle.close()
         raise RunError(f"another bench holds the lock {path}: wait for it, or use another --lock")
     return handle
 
 
 class Progress:
-    """A progress bar on a terminal (redrawn in place, with the time left); on a pipe or in a
-    log, only the summary lines."""
+    """A tqdm bar on a terminal, redrawn at every step (steps are seconds apart) with the time
+    left from the average step so far; on a pipe or in a log, only the summary lines."""
 
     def __init__(self, total: int, stream=None) -> None:
         self.stream = stream or sys.stderr
-        self.total = max(total, 1)
-        self.done = 0
-        self.tty = self.stream.isatty()
-        self.started = time.monotonic()
-        self.label = ""
+        self.bar = tqdm(total=max(total, 1), file=self.stream, disable=not self.stream.isatty(),
+                        leave=False, mininterval=0, smoothing=0, unit="step")
 
     def step(self, label: str = "") -> None:
-        self.done += 1
-        self.label = label or self.label
-        self._draw()
+        if label:
+            self.bar.set_postfix_str(label, refresh=False)
+        self.bar.update(1)
 
     def note(self, line: str) -> None:
-        if self.tty:
-            self.stream.write("\r\x1b[K")
-        print(f"1bit bench: {line}", file=self.stream, flush=True)
-        self._draw()
-
-    def _draw(self) -> None:
-        if not self.tty:
-            return
-        width = 24
-        filled = width * self.done // self.total
-        elapsed = time.monotonic() - self.started
-        left = elapsed / self.done * (self.total - self.done) if self.done else 0
-        self.stream.write(f"\r\x1b[K[{'#' * filled}{'.' * (width - filled)}] "
-                          f"{self.done}/{self.total} {_clock(elapsed)} elapsed, ~{_clock(left)} "
-                          f"left  {self.label}")
-        self.stream.flush()
+        self.bar.write(f"1bit bench: {line}", file=self.stream)
 
     def close(self) -> None:
-        if self.tty:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-
-
-def _clock(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    return f"{m}m{s:02d}s"
+        self.bar.close()

@@ -38,7 +38,8 @@ def prompt_ids(url: str, lengths: list[int]) -> list[int]:
             tokens = post(url, "/tokenize", {"content": source_text(paragraphs),
                                              "add_special": True})["tokens"]
         except OSError as exc:
-            raise RunError(f"--e2e needs the executor's /tokenize (llama-server routes): {exc}")
+            raise RunError(
+                f"--e2e needs the executor's /tokenize (llama-server routes): {exc}") from None
         if len(tokens) >= need:
             return tokens
         paragraphs *= 2
@@ -57,7 +58,7 @@ def context_size(url: str) -> int | None:
 def stream_once(url: str, ids: list[int], max_tokens: int) -> dict:
     """One streamed completion; client-side times and the executor's counts."""
     parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=600)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=600)
     body = json.dumps({"prompt": ids, "max_tokens": max_tokens, "stream": True,
                        "temperature": 0, "ignore_eos": True,
                        "stream_options": {"include_usage": True}, **COMMON})
@@ -87,7 +88,7 @@ def stream_once(url: str, ids: list[int], max_tokens: int) -> dict:
         usage = event.get("usage") or usage
     end = time.perf_counter()
     conn.close()
-    if first is None:
+    if first is None or last is None:
         raise RunError("the stream carried no token")
     prompt_n = timings.get("prompt_n", usage.get("prompt_tokens"))
     generated = timings.get("predicted_n", usage.get("completion_tokens", chunks))

@@ -51,8 +51,8 @@ def one_start(model: str, config: Config, side: str, log: Path) -> dict:
         run = Run.serve(model, config.args, log)
         headers = {}
     else:
-        from lemonade_onebit.cli import parse_serve_args
         from lemonade_onebit.serve import plan
+        from lemonade_onebit.serve.options import parse_serve_args
 
         p = plan(parse_serve_args(model, config.args), say=lambda _: None)
         run = Run(p.spec.argv, p.spec.port, log, env=p.spec.env, ready_path=p.spec.readiness)

@@ -17,7 +17,6 @@ read into a ring of buffers and written from there.
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import http.client
 import mmap
@@ -31,12 +30,12 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 from lemonade_onebit.errors import RunError
+from lemonade_onebit.portable import O_BINARY, grow_pipe, pread, pwrite, try_lock
 
 BLOCK = 1 << 20  # bytes per hand-off to the hasher
 QUEUE = 32  # blocks waiting to be hashed
 RING = QUEUE + 3  # buffers reused in turn: never one still queued or being hashed
 RETRIES = 5
-F_SETPIPE_SZ = 1031  # fcntl: the pipe's capacity (Linux)
 
 
 class Hasher:
@@ -92,11 +91,9 @@ def fetch(url: str, blob: Path, lock_path: Path, size: int, sha256: str | None, 
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     lock = open(lock_path, "a")
     try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunError(f"another pull is downloading {blob.name}; wait for it") from None
-        fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o644)
+        if not try_lock(lock):
+            raise RunError(f"another pull is downloading {blob.name}; wait for it")
+        fd = os.open(part, os.O_RDWR | os.O_CREAT | O_BINARY, 0o644)
         try:
             if os.fstat(fd).st_size > size:  # not the start of this file: begin again
                 os.ftruncate(fd, 0)
@@ -132,8 +129,10 @@ def fetch(url: str, blob: Path, lock_path: Path, size: int, sha256: str | None, 
                 raise RunError(f"{blob.name}: got {have} bytes, the hub says {size}")
         finally:
             os.close(fd)
+        # the hasher lets go of its maps of the file first: Windows renames no mapped file
+        got = digest.hexdigest() if digest is not None else None
         os.replace(part, blob)
-        return digest.hexdigest() if digest is not None else None
+        return got
     finally:
         lock.close()
 
@@ -184,7 +183,7 @@ def _write(fd: int, data, at: int, digest: Hasher | None, progress) -> int:
     done = 0
     try:
         while done < len(data):
-            done += os.pwrite(fd, data[done:], at + done)
+            done += pwrite(fd, data[done:], at + done)
     finally:
         if digest is not None and done:
             digest.update(data[:done])
@@ -215,10 +214,7 @@ def _splice(sock, fd: int, have: int, size: int, digest: Hasher | None, progress
     r, w = os.pipe()
     hashed = have
     try:
-        try:
-            fcntl.fcntl(w, F_SETPIPE_SZ, BLOCK)
-        except OSError:
-            pass  # the default capacity only means more calls
+        grow_pipe(w, BLOCK)
         while have < size:
             try:
                 n = os.splice(sock.fileno(), w, min(BLOCK, size - have),
@@ -265,8 +261,8 @@ def _hash_back(fd: int, start: int, end: int, digest: Hasher) -> None:
         return
     base = start - start % mmap.ALLOCATIONGRANULARITY
     try:
-        pages = memoryview(mmap.mmap(fd, end - base, offset=base, prot=mmap.PROT_READ))
+        pages = memoryview(mmap.mmap(fd, end - base, offset=base, access=mmap.ACCESS_READ))
     except (OSError, ValueError):  # a file system that cannot map files
-        digest.update(os.pread(fd, end - start, start))
+        digest.update(pread(fd, end - start, start))
         return
     digest.update(pages[start - base:])

@@ -1,6 +1,6 @@
 """The catalog: 1bit models in Lemonade's `server_models.json` shape, and where their files are.
 
-`models.json` holds the shipped entries; other packages add theirs through the
+`models.json` holds the shipped entries. They and other packages' come in through the
 `lemonade_onebit.catalog` entry points (each loads to a dict in the same shape, a callable returning
 one, or the path of such a JSON file). Entries are validated (`schema.py`, pydantic) by every
 command that lists, pulls or registers them; serve only looks one name up here, without pydantic,
@@ -43,7 +43,7 @@ EMBEDDED = {
 def raw_catalog() -> dict[str, dict]:
     """Every entry by name: the shipped ones, then the plugins' (a plugin cannot replace a
     shipped name; the first package to claim a name keeps it)."""
-    catalog = json.loads(MODELS.read_text())
+    catalog: dict[str, dict] = {}
     for ep in group(GROUP):
         try:
             extra = ep.load()
@@ -57,6 +57,11 @@ def raw_catalog() -> dict[str, dict]:
         for name, body in extra.items():
             catalog.setdefault(name, body)
     return catalog
+
+
+def shipped_file() -> Path:
+    """This package's own entry point in the group."""
+    return MODELS
 
 
 def find_entry(name: str) -> dict | None:
@@ -99,6 +104,64 @@ def local_files(name: str) -> list[Path] | None:
 def local_file(name: str) -> Path | None:
     files = local_files(name)
     return files[0] if files else None
+
+
+def owner_of(model: Path) -> str | None:
+    """The catalog name whose model file `model` is, wherever the file lies: the embedded file
+    itself, the file an entry's variant picks in any Hugging Face cache snapshot of the entry's
+    repo (Lemonade's cache, ours, another), a blob named by the entry's sha256, or a copy with the
+    entry's recorded size and sha256. Never by path equality alone."""
+    from lemonade_onebit.catalog.hubcache import cached_location, file_sha256
+
+    try:
+        target = model.resolve(strict=True)
+        size = target.stat().st_size
+    except OSError:
+        return None
+    catalog = raw_catalog()
+    for name in EMBEDDED:
+        file = embedded_file(name)
+        if file is not None and file.resolve() == target:
+            return name
+    where = cached_location(model)
+    if where is not None:
+        repo, relpath = where
+        for name, entry in catalog.items():
+            entry_repo, variant = _parts(entry)
+            if entry_repo is not None and entry_repo.lower() == repo.lower() and \
+                    _picks(relpath, variant, repo):
+                return name
+    with_hash = {name: e for name, e in catalog.items() if isinstance(e.get("sha256"), str)}
+    if target.parent.name == "blobs":  # an HF blob is named by its sha256
+        for name, entry in with_hash.items():
+            if entry["sha256"] == target.name:
+                return name
+    same_size = {name: e for name, e in with_hash.items() if e.get("bytes") == size}
+    if same_size:
+        digest = file_sha256(target)
+        for name, entry in same_size.items():
+            if entry["sha256"] == digest:
+                return name
+    return None
+
+
+def _parts(entry: dict) -> tuple[str | None, str | None]:
+    try:
+        return checkpoint_parts(entry)
+    except Exception:  # noqa: BLE001 - a malformed plugin entry owns nothing
+        return None, None
+
+
+def _picks(relpath: str, variant: str | None, repo: str) -> bool:
+    """Whether `variant` names `relpath` as the file an executor opens."""
+    from lemonade_onebit.catalog.variants import SHARD, select_files
+
+    try:
+        if variant is not None and SHARD.search(relpath):
+            return select_files([relpath], variant, repo)[:1] == [relpath]
+        return select_files([relpath], variant, repo) == [relpath]
+    except RunError:
+        return False
 
 
 def install_hint(name: str) -> str:

@@ -24,21 +24,21 @@ GGUF_MAGIC = b"GGUF"
 
 
 @dataclass(frozen=True)
-class Target:
+class Checkpoint:
     repo: str
     variant: str | None
     extra: tuple[str, ...] = ()  # files named besides the variant (an entry's mmproj)
 
 
-def target_for(spec: str) -> Target:
+def checkpoint_for(spec: str) -> Checkpoint:
     body = find_entry(spec)
     if body is not None:
         from lemonade_onebit.catalog.schema import validate
 
         entry = validate(spec, body)
-        return Target(entry.repo, entry.variant, (entry.mmproj,) if entry.mmproj else ())
+        return Checkpoint(entry.repo, entry.variant, (entry.mmproj,) if entry.mmproj else ())
     repo, variant = split_checkpoint(spec)
-    return Target(repo, variant)
+    return Checkpoint(repo, variant)
 
 
 def endpoint() -> str:
@@ -74,7 +74,7 @@ def list_files(repo: str) -> dict:
                        f"HF_ENDPOINT at a mirror") from None
 
 
-def pick(target: Target, files: dict) -> list[str]:
+def pick(target: Checkpoint, files: dict) -> list[str]:
     chosen = select_files(list(files), target.variant, target.repo) or sorted(files)
     for extra in target.extra:
         if extra not in files:
@@ -177,7 +177,7 @@ def pull(spec: str, quiet: bool = False, stats: dict | None = None) -> list[Path
     stats = stats if stats is not None else {}
     stats.setdefault("bytes", 0)
     stats.setdefault("seconds", 0.0)
-    target = target_for(spec)
+    target = checkpoint_for(spec)
     files = list_files(target.repo)
     chosen = pick(target, files)
     check_room(target.repo, chosen, files)

@@ -27,6 +27,9 @@ class CatalogEntry(BaseModel):
     size: float = Field(gt=0, description="GB")
     suggested: bool = False
     mmproj: str | None = None
+    # The model file's identity, where it is known: a copy anywhere is recognised as this entry.
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    bytes: int | None = Field(default=None, gt=0)
 
     @field_validator("name")
     @classmethod
@@ -79,7 +82,8 @@ class CatalogEntry(BaseModel):
 
     def lemonade_shape(self) -> dict:
         """The entry as it stands in `server_models.json` (the name is the key)."""
-        return self.model_dump(exclude={"name"}, exclude_none=True) | {"labels": list(self.labels)}
+        return (self.model_dump(exclude={"name", "sha256", "bytes"}, exclude_none=True)
+                | {"labels": list(self.labels)})
 
 
 def validate(name: str, body: object) -> CatalogEntry:

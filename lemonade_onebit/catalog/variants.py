@@ -47,9 +47,9 @@ def select_files(files: list[str], variant: str | None, where: str) -> list[str]
     one an executor opens. `where` names the repo in errors."""
     ggufs = sorted(f for f in files if f.lower().endswith(".gguf") and not is_mmproj(f))
     if variant is None:
-        sets = {tuple(_shard_set(f, ggufs)) for f in ggufs}
-        if len(sets) == 1:
-            return list(sets.pop())
+        whole = {tuple(_shard_set(f, ggufs)) for f in ggufs}
+        if len(whole) == 1:
+            return list(whole.pop())
         if not ggufs and files:
             return []  # not a GGUF repo: the whole snapshot is the model (onnx, mlx)
         raise RunError(f"{where} holds several models: name one as {where}:VARIANT "
@@ -68,5 +68,5 @@ def select_files(files: list[str], variant: str | None, where: str) -> list[str]
 
 
 def _choices(ggufs: list[str]) -> str:
-    firsts = [f for f in ggufs if not SHARD.search(f) or SHARD.search(f).group(1) == "00001"]
+    firsts = [f for f in ggufs if (m := SHARD.search(f)) is None or m.group(1) == "00001"]
     return ", ".join(firsts) if firsts else "no .gguf file"

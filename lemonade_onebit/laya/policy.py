@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lemonade_onebit.config import DEVICES
 from lemonade_onebit.errors import UsageError
 from lemonade_onebit.laya.model import CLASSES, LONG_DOC
 from lemonade_onebit.validation import read_json, reasons
 
 SHIPPED = Path(__file__).with_name("policy.json")
-ROUTE_DEVICES = tuple(d for d in DEVICES if d != "auto")
+
+
+def route_devices() -> tuple[str, ...]:
+    """Every device the launcher registry knows, plugins' included."""
+    from lemonade_onebit.backends import launchers
+
+    return tuple(cls.info.device for cls in launchers())
 
 
 def load_policy(path: str | None = None) -> dict:
@@ -26,8 +31,9 @@ def load_policy(path: str | None = None) -> dict:
         @field_validator("device")
         @classmethod
         def _device(cls, v: str) -> str:
-            if v not in ROUTE_DEVICES:
-                raise ValueError(f"unknown device {v!r}; one of {', '.join(ROUTE_DEVICES)}")
+            devices = route_devices()
+            if v not in devices:
+                raise ValueError(f"unknown device {v!r}; one of {', '.join(devices)}")
             return v
 
     class Policy(BaseModel):

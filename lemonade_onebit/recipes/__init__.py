@@ -1,9 +1,9 @@
 """Tuned executor settings as data, with their evidence, and the matcher that applies them.
 
-A recipe lands in `shipped.json` only with the measurement that earns it its place; other packages
-add theirs through the `lemonade_onebit.recipes` entry points (each a callable returning the path of
-a recipe file). Validation (`schema.py`) and matching (`match.py`) are pure; serve only calls
-`recipes_for`.
+A recipe lands in `shipped.json` only with the measurement that earns it its place. Every recipe
+file, the shipped one included, comes in through the `lemonade_onebit.recipes` entry points (each
+the path of a recipe file, or a callable returning one). Validation (`schema.py`) and matching
+(`match.py`) are pure.
 """
 
 from __future__ import annotations
@@ -17,11 +17,22 @@ GROUP = "lemonade_onebit.recipes"
 SHIPPED = Path(__file__).with_name("shipped.json")
 
 
+def shipped_file() -> Path:
+    """This package's own entry point in the group."""
+    return SHIPPED
+
+
 def recipe_files() -> list[Path]:
-    """The shipped file, then every file other packages register, in that order."""
-    files = [SHIPPED]
+    """Every registered recipe file: the shipped one first, then other packages', by name."""
+    from lemonade_onebit.errors import RunError
+
+    files = []
     for ep in group(GROUP):
-        files.append(Path(ep.load()()))
+        try:
+            found = ep.load()
+            files.append(Path(found() if callable(found) else found))
+        except (ImportError, AttributeError, TypeError) as exc:
+            raise RunError(f"recipe entry point {ep.name} ({ep.value}): {exc}") from None
     return files
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lemonade_onebit.recipes.schema import Recipe
@@ -39,7 +40,7 @@ def matches(recipe: Recipe, target: Target) -> bool:
     )
 
 
-def _flag_groups(args: list[str]) -> list[list[str]]:
+def flag_groups(args: list[str]) -> list[list[str]]:
     """`["-t", "4", "--no-repack"]` → `[["-t", "4"], ["--no-repack"]]`."""
     groups: list[list[str]] = []
     for arg in args:
@@ -60,14 +61,10 @@ def _is_number(text: str) -> bool:
 
 def apply_recipes(
     recipes: list[Recipe], target: Target, argv: list[str], env: dict[str, str],
-    aliases: dict[str, str] | None = None,
+    name: Callable[[str], str] = lambda flag: flag,
 ) -> tuple[list[str], dict[str, str], list[Applied]]:
     """Add each matching recipe's flags not already present (user flags win; first recipe wins)
-    and its env where unset. `aliases` maps a flag's other spellings to one name."""
-    aliases = aliases or {}
-
-    def name(flag: str) -> str:
-        return aliases.get(flag, flag)
+    and its env where unset. `name` gives every spelling of one flag the same name."""
 
     present = {name(a) for a in argv if a.startswith("-") and not _is_number(a)}
     argv, env, applied = list(argv), dict(env), []
@@ -75,7 +72,7 @@ def apply_recipes(
         if not matches(recipe, target):
             continue
         added: list[str] = []
-        for group in _flag_groups(recipe.args):
+        for group in flag_groups(recipe.args):
             if name(group[0]) not in present:
                 present.add(name(group[0]))
                 added += group

@@ -40,7 +40,7 @@ class Recipe(BaseModel):
         return args
 
     @model_validator(mode="after")
-    def _adds_something(self) -> "Recipe":
+    def _adds_something(self) -> Recipe:
         if not self.args and not self.env:
             raise ValueError("a recipe must add args or env")
         return self

@@ -17,8 +17,11 @@ from aiohttp import web
 
 from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.serve.backend import Backend
-from lemonade_onebit.serve.errors import error_event, error_response
+from lemonade_onebit.serve.errors import error_event, error_response, not_supported
+from lemonade_onebit.serve.pool import ExecutorPool
 from lemonade_onebit.serve.relay import StreamRelay, UpstreamError
+from lemonade_onebit.serve.reply import with_model
+from lemonade_onebit.serve.supervisor import State
 
 HEALTH_PATHS = frozenset({"/health", "/v1/health"})
 MODELS_PATHS = frozenset({"/v1/models", "/models"})
@@ -33,6 +36,13 @@ OPENAI_ROUTES: dict[str, tuple[str, tuple[str, ...], str | None]] = {
     "/embeddings": ("/v1/embeddings", ("input",), "embedding"),
     "/v1/rerank": ("/v1/rerank", ("query", "documents"), "reranking"),
     "/rerank": ("/v1/rerank", ("query", "documents"), "reranking"),
+}
+# llama-server's own words for a mode it was not started in, and what a Lemonade user does about it.
+NOT_ENABLED = {
+    "embedding": "This server does not support embeddings. Start it with `--embeddings` "
+                 "(1bit serve --embedding; in Lemonade, a model with the `embeddings` label)",
+    "reranking": "This server does not support reranking. Start it with `--reranking` "
+                 "(1bit serve --reranking; in Lemonade, a model with the `reranking` label)",
 }
 REWRITE_MODEL = frozenset({"/v1/chat/completions", "/v1/completions"})
 
@@ -54,15 +64,14 @@ class ServeApp:
     def __init__(
         self,
         config: ServeConfig,
-        primary: Backend,
+        pool: ExecutorPool,
         served_id: str,
         session: aiohttp.ClientSession,
         router=None,
     ) -> None:
         self.config = config
-        self.primary = primary
-        self.info = primary.launcher.info
-        self.supervisor = primary.supervisor  # /health and /v1/models speak for the primary
+        self.pool = pool  # owns the executors; /health and /v1/models speak for its primary
+        self.info = pool.primary.launcher.info
         self.router = router  # a LayaRouter with --laya: picks the backend per conversation
         self.served_id = served_id
         self.session = session
@@ -90,17 +99,14 @@ class ServeApp:
                 return _method_not_allowed(path)
             upstream_path, required, option = route
             if option is not None and not getattr(self.config, option):
-                return error_response(
-                    501, f"{path} needs serve started with --{option}", "not_implemented"
-                )
+                return not_supported(NOT_ENABLED[option])
             return await self.openai(request, upstream_path, required)
         extra_method = LLAMA_EXTRAS.get(path) or ("POST" if SLOT_ACTION.match(path) else None)
         if extra_method is not None:
             if not self.info.llama_server_api:
-                return error_response(
-                    501, f"{path} is served on llama-server routes only, not on {self.info.device}",
-                    "not_implemented",
-                )
+                return not_supported(
+                    f"{path} is served on llama-server routes only; this model runs on the "
+                    f"{self.info.device} route")
             if method != extra_method:
                 return _method_not_allowed(path)
             return await self.extra(request)
@@ -108,19 +114,17 @@ class ServeApp:
 
     def _authorized(self, request: web.Request) -> bool:
         given = request.headers.get("Authorization", "").encode()
-        return hmac.compare_digest(given, self._api_key)
+        return self._api_key is not None and hmac.compare_digest(given, self._api_key)
 
     # -- local routes ---------------------------------------------------------------------
 
     def health(self) -> web.Response:
-        state = self.supervisor.state
-        if state == "ready":
+        status = self.pool.primary.status
+        if status.state is State.READY:
             return web.json_response({"status": "ok"})
-        if state == "failed":
-            return web.json_response(
-                {"status": "error", "message": self.supervisor.failure}, status=503
-            )
-        return web.json_response({"status": state}, status=503)
+        if status.state is State.FAILED:
+            return web.json_response({"status": "error", "message": status.failure}, status=503)
+        return web.json_response({"status": status.state.value}, status=503)
 
     def models(self) -> web.Response:
         return web.json_response({
@@ -138,12 +142,12 @@ class ServeApp:
 
     @staticmethod
     def _not_ready(backend: Backend) -> web.Response | None:
-        state = backend.supervisor.state
-        if state == "ready":
+        status = backend.status
+        if status.state is State.READY:
             return None
-        if state == "loading":
+        if status.state is State.LOADING:
             return error_response(503, "the model is still loading", "model_loading")
-        return error_response(502, f"executor failed: {backend.supervisor.failure}",
+        return error_response(502, f"executor failed: {status.failure or status.state.value}",
                               "executor_failed")
 
     async def _read_body(self, request: web.Request) -> bytes | web.Response:
@@ -172,14 +176,14 @@ class ServeApp:
             return error_response(
                 400, f"missing required field: {', '.join(missing)}", "missing_field"
             )
-        backend, extra_headers = self.primary, {}
+        backend, extra_headers = self.pool.primary, {}
         if self.router is not None and upstream_path in REWRITE_MODEL:
             backend, header = await self.router.route(payload)
             extra_headers = {"X-1bit-Route": header}
         busy = self._not_ready(backend)
         if busy is not None:
             return busy
-        rewritten = backend.launcher.rewrite_body(payload)
+        rewritten = backend.rewrite_body(payload)
         if rewritten is not None:
             body = json.dumps(rewritten).encode()
         if payload.get("stream") is True:
@@ -194,11 +198,12 @@ class ServeApp:
             if isinstance(read, web.Response):
                 return read
             body = read
-        busy = self._not_ready(self.primary)
+        primary = self.pool.primary
+        busy = self._not_ready(primary)
         if busy is not None:
             return busy
-        url = self.primary.base_url + request.rel_url.path_qs
-        return await self._relay(self.primary, url, request.method, body, rewrite=False)
+        url = primary.base_url + request.rel_url.path_qs
+        return await self._relay(primary, url, request.method, body, rewrite=False)
 
     async def _send(self, backend: Backend, method: str, url: str,
                     body: bytes) -> aiohttp.ClientResponse:
@@ -232,14 +237,7 @@ class ServeApp:
                             headers={"Content-Type": ctype, **(headers or {})})
 
     def _rewrite_model(self, data: bytes) -> bytes:
-        try:
-            reply = json.loads(data)
-        except ValueError:
-            return data
-        if isinstance(reply, dict) and reply.get("model") != self.served_id:
-            reply["model"] = self.served_id
-            return json.dumps(reply, ensure_ascii=False).encode()
-        return data
+        return with_model(data, self.served_id)
 
     async def _relay_stream(
         self, request: web.Request, backend: Backend, upstream_path: str, body: bytes,

@@ -12,7 +12,6 @@ _TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
-    501: "not_implemented",
     502: "server_error",
     503: "unavailable_error",
 }
@@ -29,6 +28,14 @@ def error_response(status: int, message: str, code: str | int | None = None) -> 
         body=json.dumps(error_body(status, message, code)).encode(),
         content_type="application/json",
     )
+
+
+def not_supported(message: str) -> web.Response:
+    """A 501 in llama-server's own shape (numeric code, `not_supported_error`, compact), which
+    Lemonade and llama.cpp clients already handle."""
+    body = {"error": {"code": 501, "message": message, "type": "not_supported_error"}}
+    return web.Response(status=501, body=json.dumps(body, separators=(",", ":")).encode(),
+                        content_type="application/json")
 
 
 def error_event(message: str) -> bytes:

@@ -2,20 +2,22 @@
 
 The key of a conversation is the hash of its messages up to its first user message, so every
 later turn maps to the decision of the first (LRU of 4,096). The first user message is classified
-(`lemonade_onebit.laya`); the policy turns the class into a device. The backend of a device other
-than the primary's is started the first time it is picked; requests for it wait for its load.
+(`lemonade_onebit.laya`); the policy turns the class into a device. The decision is a pure
+function (`decide`) run off the loop: the first one loads the classifier, and asking whether a
+device is here may run `vulkaninfo`. The backend of a device comes from the pool, which starts it
+the first time it is picked; a device the pool found unusable sends its conversations, old and
+new, to the fallback.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import dataclasses
 import hashlib
 import json
 
-from lemonade_onebit.errors import RunError, UsageError
 from lemonade_onebit.serve.backend import Backend
+from lemonade_onebit.serve.pool import ExecutorPool, Unusable, off_loop
 
 CONVERSATIONS = 4096
 
@@ -44,110 +46,96 @@ def _text(content) -> str:
     return "" if content is None else str(content)
 
 
+def decide(policy: dict, text: str, primary: str,
+           unusable: frozenset[str]) -> tuple[tuple[str, float, str], str]:
+    """((class, confidence, device), why) for a conversation's first user message. The primary's
+    device is always available; an unusable one never is; any other is if this machine has it."""
+    from lemonade_onebit.laya.model import classify
+    from lemonade_onebit.laya.policy import device_available, pick_device
+
+    def available(device: str) -> bool:
+        if device == primary:
+            return True
+        return device not in unusable and device_available(device)
+
+    decision = classify(text)
+    device, why = pick_device(policy, decision.klass, decision.confidence, available)
+    return (decision.klass, decision.confidence, device), why
+
+
 class LayaRouter:
-    def __init__(self, config, policy: dict, primary: Backend, session, log) -> None:
+    def __init__(self, config, policy: dict, pool: ExecutorPool, log) -> None:
         self.config = config
         self.policy = policy
-        self.primary = primary
-        self.session = session
+        self.pool = pool
         self.log = log
-        self.backends: dict[str, Backend] = {primary.device: primary}
-        self._starting: dict[str, asyncio.Task] = {}
-        self._unusable: dict[str, str] = {}  # device -> why it cannot serve here
         self.decisions: collections.OrderedDict[str, tuple[str, float, str]] = (
             collections.OrderedDict())
         self.routed: collections.Counter[str] = collections.Counter()
+        self._configs: dict = {}  # device -> the ServeConfig its executor is planned from
 
-    def _available(self, device: str) -> bool:
-        if device == self.primary.device:
-            return True
-        if device in self._unusable:
-            return False
-        from lemonade_onebit.laya.policy import device_available
-
-        return device_available(device)
-
-    def decide(self, payload: dict) -> tuple[str, float, str]:
-        """(class, confidence, device) for the conversation of `payload`, made once."""
-        key, text = conversation_key(payload)
+    def _known(self, key: str) -> tuple[str, float, str] | None:
         known = self.decisions.get(key)
         if known is not None:
             self.decisions.move_to_end(key)
-            return known
-        from lemonade_onebit.laya.model import classify
-        from lemonade_onebit.laya.policy import pick_device
+        return known
 
-        decision = classify(text)
-        device, why = pick_device(self.policy, decision.klass, decision.confidence,
-                                  self._available)
-        made = (decision.klass, decision.confidence, device)
+    def _record(self, key: str, made: tuple[str, float, str], why: str) -> tuple[str, float, str]:
+        known = self._known(key)  # another turn decided it while this one was classifying
+        if known is not None:
+            return known
         self.decisions[key] = made
         if len(self.decisions) > CONVERSATIONS:
             self.decisions.popitem(last=False)
-        self.log(f"laya: new conversation: {decision.klass} {decision.confidence:.2f} -> "
-                 f"{device} ({why})")
+        klass, confidence, device = made
+        self.log(f"laya: new conversation: {klass} {confidence:.2f} -> {device} ({why})")
         return made
 
-    async def route(self, payload: dict):
+    def _decide_args(self, text: str) -> tuple:
+        return self.policy, text, self.pool.primary.device, self.pool.unusable()
+
+    def decide(self, payload: dict) -> tuple[str, float, str]:
+        """(class, confidence, device) for the conversation of `payload`, made once. Blocking:
+        `route` makes the decision off the loop."""
+        key, text = conversation_key(payload)
+        return self._known(key) or self._record(key, *decide(*self._decide_args(text)))
+
+    async def route(self, payload: dict) -> tuple[Backend, str]:
         """(backend, X-1bit-Route header) for the request; a device that cannot start falls
         back to the default (or the primary) for this and later turns of the conversation."""
-        klass, confidence, device = self.decide(payload)
+        key, text = conversation_key(payload)
+        made = self._known(key)
+        if made is None:
+            made = self._record(key, *await off_loop(decide, *self._decide_args(text)))
+        klass, confidence, device = made
         try:
             backend = await self._backend(device)
-        except (RunError, UsageError) as exc:
-            self._unusable[device] = str(exc)
-            self.log(f"laya: {device} cannot serve ({exc}); {self.policy['default']} serves")
-            device = self.policy["default"] if self.policy["default"] in self.backends else (
-                self.primary.device)
-            backend = self.backends[device]
-            self._remember(payload, (klass, confidence, device))
+        except Unusable as exc:
+            default = self.policy["default"]
+            device = default if self.pool.is_ready(default) else self.pool.primary.device
+            self.log(f"laya: {made[2]} cannot serve ({exc}); {device} serves")
+            backend = await self._backend(device)
+            self.decisions[key] = (klass, confidence, device)
         self.routed[device] += 1
         return backend, f"{klass} {confidence:.2f} {device}"
 
-    def _remember(self, payload: dict, made: tuple[str, float, str]) -> None:
-        self.decisions[conversation_key(payload)[0]] = made
+    def _backend(self, device: str):
+        config = self._configs.get(device)
+        if config is None:
+            rule = next((r for r in self.policy["classes"].values()
+                         if r["device"] == device and r.get("model")), None)
+            # Executor flags after `--` belong to the primary's executor; an executor path the
+            # user named goes to the routes that read that flag.
+            from lemonade_onebit.backends import launcher_for
 
-    async def _backend(self, device: str) -> Backend:
-        if device in self.backends:
-            return self.backends[device]
-        task = self._starting.get(device)
-        if task is None:
-            task = asyncio.ensure_future(self._start(device))
-            self._starting[device] = task
-        try:
-            backend = await asyncio.shield(task)
-        finally:
-            if task.done():
-                self._starting.pop(device, None)
-        self.backends[device] = backend
-        return backend
-
-    async def _start(self, device: str) -> Backend:
-        from lemonade_onebit.serve import plan
-        from lemonade_onebit.serve.supervisor import Supervisor
-
-        rule = next((r for r in self.policy["classes"].values()
-                     if r["device"] == device and r.get("model")), None)
-        # Executor flags after `--` belong to the primary's executor.
-        config = dataclasses.replace(self.config, device=device, laya=False, route_policy=None,
-                                     model=rule["model"] if rule else self.config.model,
-                                     extra_args=())
-        p = plan(config, say=lambda m: self.log(f"laya: {device}: {m}"))
-        supervisor = Supervisor(p.spec, config.load_timeout)
-        supervisor.start()
-        supervisor.attach(asyncio.get_running_loop())
-        await supervisor.wait_ready(self.session)
-        self.log(f"laya: {device} ready")
-        return Backend(device, p.launcher, supervisor, p.upstream_key)
-
-    async def stop(self) -> None:
-        for task in self._starting.values():
-            task.cancel()
-        for device, backend in self.backends.items():
-            if backend is not self.primary:
-                await backend.supervisor.stop()
+            cls = launcher_for(device)
+            flag = cls.info.executor_flag if cls is not None else None
+            config = self._configs[device] = dataclasses.replace(
+                self.config, device=device, laya=False, route_policy=None,
+                model=rule["model"] if rule else self.config.model, extra_args=(),
+                executors=tuple(e for e in self.config.executors if e[0] == flag))
+        return self.pool.backend(device, config, lambda m: self.log(f"laya: {device}: {m}"))
 
     def summary(self) -> str:
         return "requests routed: " + (" ".join(f"{d} {n}" for d, n in sorted(self.routed.items()))
                                       or "none")
-

@@ -12,6 +12,7 @@ import asyncio
 import errno
 import socket
 import time
+from typing import cast
 
 
 class UpstreamError(Exception):
@@ -81,7 +82,8 @@ class StreamRelay(asyncio.Protocol):
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # a stream connection's transport
         self.transport = transport
         if self._request:
             transport.write(self._request)

@@ -3,11 +3,18 @@
     executor.py zinc  -m MODEL -p PORT [-c N]                      stands for ZINC's `zinc`
     executor.py ds4   -m MODEL --host H --port P [--ctx N]         stands for `ds4-server`
     executor.py npu   -m DIR --host H --port P [--ctx-size N]      stands for the NPU lane server
+    executor.py llama-server -m MODEL --host H --port P [...]      stands for `llama-server`
 
 zinc answers `/health` and rejects any request body that carries `model` (as ZINC does); ds4-server
-has no `/health` and is ready once `/v1/models` answers; the NPU lane answers `/v1/health`. Both answer chat completions, streamed or
-not, and report the argv and the environment variables the launcher must set, so tests can check
-them end to end.
+has no `/health` and is ready once `/v1/models` answers; the NPU lane answers `/v1/health`;
+llama-server answers `/health`, takes its other flags, and wants `$LLAMA_API_KEY` when it is set.
+All answer chat completions, streamed or not, and report the argv and the environment variables
+the launcher must set, so tests can check them end to end.
+
+Misbehaviours real executors have, for serve's lifecycle tests, by environment variable:
+`STANDIN_GRANDCHILD=1` starts a process in its own session that keeps the output pipe open (as a
+helper daemon would) and prints `grandchild PID`; `STANDIN_EXIT=N` then exits with code N before
+listening; `STANDIN_IGNORE_TERM=1` ignores SIGTERM.
 """
 
 from __future__ import annotations
@@ -15,14 +22,31 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 
-from aiohttp import web
+
+def misbehave() -> None:
+    """What `STANDIN_*` asks for, before the stand-in listens."""
+    if os.environ.get("STANDIN_GRANDCHILD") == "1":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        print(f"grandchild {child.pid}", flush=True)
+    if os.environ.get("STANDIN_EXIT"):
+        print("error: the stand-in fails on purpose", flush=True)
+        sys.exit(int(os.environ["STANDIN_EXIT"]))
+    if os.environ.get("STANDIN_IGNORE_TERM") == "1":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def main() -> None:
     flavour, rest = sys.argv[1], sys.argv[2:]
+    print(f"{flavour} stand-in starting", flush=True)
+    misbehave()
+    from aiohttp import web
+
     parser = argparse.ArgumentParser(prog=flavour)
     parser.add_argument("-m", required=True)
     if flavour == "zinc":
@@ -31,8 +55,12 @@ def main() -> None:
     else:
         parser.add_argument("--host", required=True)
         parser.add_argument("--port", type=int, required=True)
-        parser.add_argument("--ctx-size" if flavour == "npu" else "--ctx", type=int)
-    args = parser.parse_args(rest)
+        if flavour != "llama-server":
+            parser.add_argument("--ctx-size" if flavour == "npu" else "--ctx", type=int)
+    args, unknown = parser.parse_known_args(rest)
+    if unknown and flavour != "llama-server":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    key = os.environ.get("LLAMA_API_KEY") if flavour == "llama-server" else None
     port = args.p if flavour == "zinc" else args.port
     seen = {"argv": sys.argv[1:], "RADV_PERFTEST": os.environ.get("RADV_PERFTEST")}
 
@@ -47,6 +75,10 @@ def main() -> None:
         return None
 
     async def chat(request: web.Request) -> web.StreamResponse:
+        if key and request.headers.get("Authorization") != f"Bearer {key}":
+            return web.json_response({"error": {"message": "Invalid API Key",
+                                                 "type": "authentication_error", "code": 401}},
+                                     status=401)
         body = await request.json()
         if flavour == "zinc" and "model" in body:
             return web.json_response(
@@ -73,12 +105,13 @@ def main() -> None:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/v1/models", models)
-    if flavour == "zinc":
+    if flavour in ("zinc", "llama-server"):
         app.router.add_get("/health", lambda _: web.json_response({"status": "ok"}))
     if flavour == "npu":
         app.router.add_get("/v1/health", lambda _: web.json_response({"status": "ok"}))
     print(f"{flavour} stand-in listening on {port}", flush=True)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, handle_signals=True)
+    web.run_app(app, host="127.0.0.1", port=port, print=None,
+                handle_signals=os.environ.get("STANDIN_IGNORE_TERM") != "1")
 
 
 if __name__ == "__main__":

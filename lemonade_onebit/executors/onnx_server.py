@@ -71,7 +71,8 @@ class Engine:
                              f"({self.ctx}); it exceeds the available context size")
         params = og.GeneratorParams(self.model)
         greedy = job.temperature <= 0
-        options = {"max_length": len(job.prompt_ids) + budget, "do_sample": not greedy}
+        options: dict[str, float] = {"max_length": len(job.prompt_ids) + budget,
+                                     "do_sample": not greedy}
         if job.ignore_eos:
             options["min_length"] = options["max_length"]
         if not greedy:
