@@ -21,9 +21,7 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -138,7 +136,7 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT))
-    from lemonade_onebit.bench.common import wait_health
+    from lemonade_onebit.bench.common import exit_on_sigterm, start, stop, wait_health
     from lemonade_onebit.serve import free_port
 
     tmp = Path(tempfile.mkdtemp(prefix="burst-"))
@@ -156,16 +154,15 @@ def main() -> int:
     logs = {name: tmp / f"{name}.log" for name in names}
     ports = {name: free_port() for name in names}
     out = open(tmp / "processes.log", "wb")
-    procs = [subprocess.Popen([str(executor), "-m", str(model), "--port", str(ports["direct"])],
-                              env={**os.environ, "BURST_LOG": str(logs["direct"])},
-                              stdout=out, stderr=out)]
+    exit_on_sigterm()
+    procs = [start([str(executor), "-m", str(model), "--port", str(ports["direct"])], out,
+                   env={**os.environ, "BURST_LOG": str(logs["direct"])})]
     for name, tree in trees.items():
         path = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, "BURST_LOG": str(logs[name]), "PYTHONPATH": path}
-        procs.append(subprocess.Popen(
+        procs.append(start(
             [sys.executable, "-m", "lemonade_onebit", "serve", "-m", str(model), "--device", "cpu",
-             "--llama-server", str(executor), "--port", str(ports[name])],
-            env=env, stdout=out, stderr=out, cwd=tree))
+             "--llama-server", str(executor), "--port", str(ports[name])], out, env=env, cwd=tree))
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     try:
         for url, proc in zip(urls.values(), procs):
@@ -173,9 +170,7 @@ def main() -> int:
         got = asyncio.run(measure(urls, logs, args.streams, args.bursts))
     finally:
         for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=15)
+            stop(proc)
 
     summary = {}
     for name, bursts in got.items():

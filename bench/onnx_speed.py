@@ -24,6 +24,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from overhead import free_port, wait_health  # noqa: E402
 
+from lemonade_onebit.bench.common import exit_on_sigterm, start, stop  # noqa: E402
+
 PROMPT = [{"role": "user", "content": "Explain how a B-tree insert works, step by step."}]
 
 
@@ -72,9 +74,9 @@ def main() -> int:
     model = og.Model(args.model)
     tokenizer = og.Tokenizer(model)
     port = free_port()
-    serve = subprocess.Popen([str(Path(sys.executable).parent / "1bit"), "serve", "-m",
-                              args.model, "--device", "onnx", "--port", str(port)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    exit_on_sigterm()
+    serve = start([str(Path(sys.executable).parent / "1bit"), "serve", "-m", args.model,
+                   "--device", "onnx", "--port", str(port)], subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_health(url, serve)
@@ -91,8 +93,7 @@ def main() -> int:
             print(f"round {r + 1}: plain {pair['plain']:.1f}, served {pair['serve']:.1f}, "
                   f"server timings {pair['server_timings']:.1f} tok/s", file=sys.stderr)
     finally:
-        serve.terminate()
-        serve.wait(timeout=15)
+        stop(serve)
     med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
     ratio = statistics.median(row["serve"] / row["plain"] for row in rows)
     inner = statistics.median(row["server_timings"] / row["plain"] for row in rows)

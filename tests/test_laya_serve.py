@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from conftest import sse_events
+from conftest import http, sse_events
 
 from lemonade_onebit.serve import laya
 
@@ -306,3 +306,80 @@ def _swallow(fn, *args) -> None:
         fn(*args)
     except (OSError, HTTPException):
         pass
+
+
+# A lazy backend that dies: restarted for its conversations, or, when it cannot come back, its
+# conversations go to the fallback; every routed reply says where it went, and /health says
+# how each backend is.
+
+def _post(url: str, messages: list[dict]) -> tuple[int, dict, bytes]:
+    """`chat`, with an error reply returned instead of raised."""
+    import urllib.error
+
+    try:
+        return chat(url, messages)
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+def _health(serve) -> dict:
+    status, raw = http("GET", serve.url + "/health")
+    body = json.loads(raw)
+    assert (status == 200) == (body["status"] == "ok"), (status, body)
+    return body
+
+
+def _lazy(serve) -> psutil.Process:
+    """The cpu backend's executor (the llama-server stand-in)."""
+    return _wait_for(lambda: next((p for p in serve.children()
+                                   if "llama-server" in " ".join(p.cmdline())), None),
+                     "the cpu executor")
+
+
+def test_a_killed_lazy_backend_is_restarted_for_its_conversation(start_serve, tmp_path, smollm2):
+    serve = _laya_serve(start_serve, tmp_path, smollm2,
+                        _standin(tmp_path, "llama-server")).wait_ready()
+    assert _route(chat(serve.url, HI)[1]) == "cpu"
+    first = _lazy(serve)
+    first.kill()
+    _wait_for(lambda: _health(serve)["backends"]["cpu"] == "restarting", "cpu restarting")
+    status, headers, raw = chat(serve.url, HI)
+    assert status == 200 and _route(headers) == "cpu"
+    assert json.loads(raw)["choices"][0]["message"]["content"] == "hello from llama-server"
+    assert _lazy(serve).pid != first.pid
+    assert _health(serve) == {"status": "ok", "backends": {"ds4": "ready", "cpu": "ready"}}
+    log = serve.log()
+    assert "1bit serve: cpu: the executor died: " in log and "killed by SIGKILL" in log
+    assert "1bit serve: cpu: the executor is back and ready" in log
+
+
+def test_a_lazy_backend_that_cannot_come_back_sends_old_and_new_conversations_to_the_fallback(
+        start_serve, tmp_path, smollm2):
+    broken = tmp_path / "broken"  # once it exists, the cpu executor exits at every start
+    lazy = _standin(tmp_path, "llama-server", STANDIN_EXIT_IF=str(broken))
+    serve = _laya_serve(start_serve, tmp_path, smollm2, lazy).wait_ready()
+    status, headers, _ = chat(serve.url, HI)
+    assert status == 200 and _route(headers) == "cpu"
+    assert _health(serve) == {"status": "ok", "backends": {"ds4": "ready", "cpu": "ready"}}
+    broken.touch()
+    _lazy(serve).kill()
+    _wait_for(lambda: _health(serve)["backends"]["cpu"] == "restarting", "cpu restarting")
+    status, headers, raw = chat(serve.url, HI)  # decided for cpu: waits, then falls back
+    assert status == 200 and _route(headers) == "ds4"
+    assert json.loads(raw)["choices"][0]["message"]["content"] == "hello from ds4"
+    status, headers, _ = chat(serve.url, [{"role": "user", "content": "thanks"}])
+    assert status == 200 and _route(headers) == "ds4"
+    assert _health(serve) == {"status": "ok", "backends": {"ds4": "ready", "cpu": "unusable"}}
+    log = serve.log()
+    assert "1bit serve: cpu: not restarting it again: the executor died 5 times in a row" in log
+    assert "laya: cpu cannot serve" in log
+    assert serve.proc.poll() is None  # a Laya backend's deaths never end serve
+
+
+def test_a_routed_reply_carries_its_route_when_the_backend_dies_under_it(
+        start_serve, tmp_path, smollm2):
+    lazy = _standin(tmp_path, "llama-server", STANDIN_DIE_ON_REQUEST="1")
+    serve = _laya_serve(start_serve, tmp_path, smollm2, lazy).wait_ready()
+    status, headers, raw = _post(serve.url, HI)
+    assert status == 502 and json.loads(raw)["error"]["code"] == "executor_failed"
+    assert _route(headers) == "cpu"

@@ -25,8 +25,10 @@ SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 @pytest.fixture
 def state(tmp_path) -> dict:
-    """Our own record of what register did, kept apart per test."""
-    return {"XDG_STATE_HOME": str(tmp_path / "state")}
+    """Our own record of what register did, our HF cache (empty) and our caches, apart per test:
+    nothing of the developer's machine leaks in."""
+    return {"XDG_STATE_HOME": str(tmp_path / "state"), "HF_HUB_CACHE": str(tmp_path / "our-hub"),
+            "XDG_CACHE_HOME": str(tmp_path / "xdg-cache")}
 
 
 @pytest.fixture
@@ -65,7 +67,8 @@ def test_offline_register_makes_the_embedded_model_loadable_through_1bit(lemond,
     assert out.returncode == 1
     assert f"{SMOL}: added as user.{SMOL} (" in out.stdout
     assert "linked to this machine's file" in out.stdout
-    assert "Lemonade now lists Qwen3-0.6B-1bit (registered, not downloaded)" in out.stderr
+    assert "Qwen3-0.6B-1bit: POST /api/v1/pull: Lemonade answered 500: CURL error" in out.stderr
+    assert "Lemonade now lists it (registered, not downloaded)" in out.stderr
     assert "1bit pull Qwen3-0.6B-1bit" in out.stderr
     assert f"Lemonade's HF cache: {lemond.hf_cache} (--hf-cache" in out.stdout
     assert lemond.config["llamacpp"]["cpu_bin"] == str(BIN / "onebit-llama-server-cpu")
@@ -100,9 +103,13 @@ def test_offline_register_makes_the_embedded_model_loadable_through_1bit(lemond,
     backend = loaded["backend_url"].removesuffix("/v1")
     status, raw = http("POST", backend + "/v1/chat/completions", {**body, "stream": True})
     assert status == 200 and sse_events(raw)[-1] == b"[DONE]"
-    pid = loaded["pid"]
+    import psutil
+
+    tree = [psutil.Process(loaded["pid"]), *psutil.Process(loaded["pid"]).children(recursive=True)]
+    assert [p.name() for p in tree[1:]] == ["llama-server"]
     assert http("POST", lemond.url + "/api/v1/unload", {})[0] == 200
-    assert not Path(f"/proc/{pid}").exists() or _zombie(pid)
+    gone, alive = psutil.wait_procs(tree, timeout=5)
+    assert not alive  # the shim, serve and its llama-server: nothing left behind
 
     again = register(lemond, state, "--variant", "cpu", "--only", SMOL)
     assert again.returncode == 0, again.stderr
@@ -114,13 +121,6 @@ def test_offline_register_makes_the_embedded_model_loadable_through_1bit(lemond,
     assert lemond.user_models == {}
     assert not blob.is_symlink() and smollm2.is_file()  # our link gone, our file kept
     assert "(as before register)" in out.stdout
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-    except OSError:
-        return True
 
 
 @pytest.mark.executor
@@ -249,7 +249,7 @@ def test_a_file_1bit_pull_downloaded_is_linked_into_lemonades_cache(lemond, stat
     link.symlink_to(os.path.relpath(blob, link.parent))
     (ours / "refs").mkdir()
     (ours / "refs" / "main").write_text("1" * 40)
-    env = {**state, "HF_HUB_CACHE": str(tmp_path / "our-hub")}
+    env = state  # HF_HUB_CACHE: tmp_path/our-hub
     out = register(lemond, env, "--only", "Qwen3-0.6B-1bit")
     assert out.returncode == 0, out.stderr
     assert "linked to this machine's file" in out.stdout
@@ -261,3 +261,57 @@ def test_a_file_1bit_pull_downloaded_is_linked_into_lemonades_cache(lemond, stat
     assert "1bit serve: Qwen3-0.6B-1bit on cpu" in lemond.log_text()
     assert onebit("lemonade", "unregister", "--url", lemond.url, env=env).returncode == 0
     assert not theirs.is_symlink() and blob.is_file()
+
+
+def test_a_shared_cache_keeps_the_users_files_on_unregister(tmp_path, state, smollm2):
+    """Lemonade's cache is ours (the default when neither sets HF_*): register links nothing, and
+    unregister must not have Lemonade delete what the user pulled."""
+    import shutil
+
+    lemond = Lemond(tmp_path / "lemond")
+    try:
+        pulled = lemond.hf_cache / "models--unsloth--Qwen3-0.6B-GGUF"
+        blob = pulled / "blobs" / ("2" * 64)
+        link = pulled / "snapshots" / ("3" * 40) / "Qwen3-0.6B-Q4_K_M.gguf"
+        blob.parent.mkdir(parents=True)
+        link.parent.mkdir(parents=True)
+        shutil.copyfile(smollm2, blob)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+        (pulled / "refs").mkdir()
+        (pulled / "refs" / "main").write_text("3" * 40)
+        env = {**state, "HF_HUB_CACHE": str(lemond.hf_cache)}
+        out = register(lemond, env, "--only", "Qwen3-0.6B-1bit")
+        assert out.returncode == 0, out.stderr
+        assert "Qwen3-0.6B-1bit: added" in out.stdout and "linked" not in out.stdout
+        out = onebit("lemonade", "unregister", "--url", lemond.url, env=env)
+        assert out.returncode == 0, out.stderr
+        assert "left registered in Lemonade" in out.stdout
+        assert blob.is_file() and link.is_symlink()  # the user's download is intact
+    finally:
+        lemond.stop()
+
+
+def test_unregister_finds_the_record_under_another_spelling_of_the_address(lemond, state):
+    port = lemond.url.rsplit(":", 1)[1]
+    assert register(lemond, state, "--only", SMOL).returncode == 0
+    out = onebit("lemonade", "unregister", "--url", f"http://localhost:{port}/", env=state)
+    assert out.returncode == 0, out.stderr
+    assert lemond.user_models == {} and lemond.config["llamacpp"]["cpu_bin"] == "builtin"
+
+
+def test_unregister_leaves_what_lemonade_changed_since(lemond, state):
+    """A refs/main Lemonade moved to a revision of its own, and a *_bin the user changed, stay."""
+    from lemonade_onebit.lemonade.commands import pull_body, selected
+
+    # There before register, so unregister leaves the model and Lemonade's delete never runs.
+    assert http("POST", lemond.url + "/api/v1/models/register",
+                pull_body(selected([SMOL])[0], "cpu"))[0] == 200
+    assert register(lemond, state, "--only", SMOL).returncode == 0
+    refs = lemond.hf_cache / f"models--{SMOL_REPO.replace('/', '--')}" / "refs" / "main"
+    refs.write_text("4" * 40)
+    assert http("POST", lemond.url + "/internal/set",
+                {"llamacpp": {"cpu_bin": "builtin"}})[0] == 200
+    out = onebit("lemonade", "unregister", "--url", lemond.url, env=state)
+    assert out.returncode == 0, out.stderr
+    assert refs.read_text() == "4" * 40
+    assert "changed since register, left as is" in out.stdout

@@ -59,3 +59,32 @@ def test_mlx_and_onnx_agree_on_the_same_weights(mlx_serve):
 def test_auto_picks_mlx_for_an_mlx_folder(start_serve):
     serve = start_serve("-m", str(FIXTURE)).wait_ready(timeout=120)
     assert "auto picked mlx for mlx" in serve.log()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_mlx_refusals_come_in_the_openai_shape(mlx_serve, stream):
+    """mlx_lm.server answers a message that is not an object with `{"error": "'str' object has
+    no attribute 'get'"}`: serve relays it as an OpenAI error."""
+    status, raw = http("POST", mlx_serve.url + "/v1/chat/completions",
+                       {"model": "x", "messages": ["hi"], "max_tokens": 2, "stream": stream})
+    assert status == 400, raw
+    error = json.loads(raw)["error"]
+    assert set(error) == {"message", "type", "code"}
+    assert error["type"] == "invalid_request_error" and error["code"] == 400
+    assert error["message"] == ("the mlx executor refused the request: "
+                                "'str' object has no attribute 'get'")
+
+
+def test_mlx_error_shapes_without_a_server():
+    from lemonade_onebit.backends.mlx import MlxLauncher
+
+    launcher = MlxLauncher()
+    status, body = launcher.upstream_error(404, b'{"error": "no template"}')
+    assert status == 400
+    assert json.loads(body) == {"error": {
+        "message": "the mlx executor refused the request: no template",
+        "type": "invalid_request_error", "code": 400}}
+    status, body = launcher.upstream_error(411, b"Length Required")
+    assert status == 411 and "Length Required" in json.loads(body)["error"]["message"]
+    shaped = b'{"error": {"message": "m", "type": "server_error", "code": 502}}'
+    assert launcher.upstream_error(502, shaped) is None

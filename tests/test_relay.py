@@ -31,6 +31,9 @@ class Sink:
     def is_closing(self) -> bool:
         return False
 
+    def get_write_buffer_size(self) -> int:
+        return 0  # takes everything at once: backpressure is tests/test_backpressure.py's
+
 
 class ClosingSeen(StreamRelay):
     """A relay that lets the test wait until the executor's close has reached it."""

@@ -154,10 +154,15 @@ def test_a_catalog_file_is_recognised_wherever_it_lies(tmp_path, monkeypatch, sm
     lemonades = tmp_path / "lemonade-home" / "hub"
     qwen = hf_layout(lemonades, "unsloth/Qwen3-0.6B-GGUF", "Qwen3-0.6B-Q4_K_M.gguf", b"GGUF")
     assert owner_of(qwen) == "Qwen3-0.6B-1bit"
-    assert owner_of(qwen.resolve()) is None  # a blob named by a hash no entry records
+    assert owner_of(qwen.resolve()) == "Qwen3-0.6B-1bit"  # the blob, through the snapshot's link
     other_quant = hf_layout(lemonades, "unsloth/Qwen3-0.6B-GGUF", "Qwen3-0.6B-Q8_0.gguf", b"GGUF",
                             blob_name="def456")
     assert owner_of(other_quant) is None  # the entry names Q4_K_M, not this file
+    # Another file that also matches Q4_K_M makes the variant ambiguous, as `1bit serve -m NAME`
+    # would say: then neither is the entry's.
+    hf_layout(lemonades, "unsloth/Qwen3-0.6B-GGUF", "Qwen3-0.6B-UD-Q4_K_M.gguf", b"GGUF",
+              blob_name="fed789")
+    assert owner_of(qwen) is None
     # The embedded file itself, and its bytes anywhere: by the sha256 the catalog records.
     assert owner_of(smollm2) == "SmolLM2-135M-Instruct-1bit"
     copy = tmp_path / "models" / "renamed.gguf"
@@ -181,7 +186,7 @@ def test_no_model_not_ours_and_no_real_llama_server_is_a_clear_error(tmp_path):
     other = tmp_path / "x.gguf"
     other.write_bytes(b"GGUF")
     env = {**os.environ, "ONEBIT_LLAMA_SERVER": "", "PATH": "/usr/bin:/bin"}
-    code = ("import sys, lemonade_onebit.lemonade.shim as s; s.real_llama_server = lambda: None; "
+    code = ("import sys, lemonade_onebit.lemonade.shim as s; s.real_llama_server = lambda *a: None; "
             f"sys.exit(s.main(['-m', {str(other)!r}, '--port', '1']))")
     out = subprocess.run([str(BIN / "python"), "-c", code], capture_output=True, text=True,
                          env=env, timeout=30)

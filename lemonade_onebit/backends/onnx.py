@@ -21,6 +21,7 @@ class OnnxLauncher(Launcher):
         executor="ryzenai-server", executor_flag="--onnx-server",
         summary="`ryzenai-server -m DIR --port P`, else `onebit-onnx-server` over ONNX Runtime GenAI",
         executor_env="ONEBIT_ONNX_SERVER", options=frozenset({"ctx_size"}),
+        auth_env="ONEBIT_ONNX_API_KEY",  # onebit-onnx-server's; ryzenai-server ignores it
         refusals={
             "parallel": _ONE_AT_A_TIME,
             "mtp": "ONNX Runtime GenAI has no speculative decoding here",

@@ -101,7 +101,7 @@ class Run:
         self.ready_path = ready_path
         self._out = open(log, "wb")
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, env=env)
+        self.proc = start(argv, self._out, env)
 
     @classmethod
     def serve(cls, model: str, args: list[str], log: Path) -> Run:
@@ -118,14 +118,42 @@ class Run:
         return time.perf_counter() - self.started
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
         self._out.close()
+
+
+def start(argv: list[str], out, env: dict | None = None, cwd=None) -> subprocess.Popen:
+    """A benchmark's child: serve's own spawn (own process group, killed by the kernel when the
+    benchmark dies, even by SIGKILL), output to `out`."""
+    from lemonade_onebit.serve.process import spawn
+
+    return spawn(argv, env, stdout=out, cwd=None if cwd is None else str(cwd))
+
+
+def stop(proc: subprocess.Popen, grace: float = 15) -> None:
+    """SIGTERM the child's process group, SIGKILL it after `grace` seconds."""
+    import signal
+
+    from lemonade_onebit.serve.process import signal_group
+
+    if proc.poll() is None:
+        signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    signal_group(proc.pid, signal.SIGKILL)  # what it left in its group
+    proc.wait()
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM ends a benchmark the way Ctrl-C does, so its `finally` stops what it started."""
+    import signal
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def take_lock(path: str):

@@ -13,6 +13,7 @@ moment the package is installed.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -109,27 +110,28 @@ def local_file(name: str) -> Path | None:
 def owner_of(model: Path) -> str | None:
     """The catalog name whose model file `model` is, wherever the file lies: the embedded file
     itself, the file an entry's variant picks in any Hugging Face cache snapshot of the entry's
-    repo (Lemonade's cache, ours, another), a blob named by the entry's sha256, or a copy with the
-    entry's recorded size and sha256. Never by path equality alone."""
-    from lemonade_onebit.catalog.hubcache import cached_location, file_sha256
+    repo (Lemonade's cache, ours, another; a blob path counts through the snapshot that links
+    it), a blob named by the entry's sha256, or a copy with the entry's recorded size and sha256.
+    Never by path equality alone."""
+    from lemonade_onebit.catalog.hubcache import cached_location, file_sha256, snapshot_links_to
 
     try:
         target = model.resolve(strict=True)
         size = target.stat().st_size
     except OSError:
         return None
-    catalog = raw_catalog()
+    catalog = {name: e for name, e in raw_catalog().items() if isinstance(e, dict)}
     for name in EMBEDDED:
         file = embedded_file(name)
         if file is not None and file.resolve() == target:
             return name
-    where = cached_location(model)
-    if where is not None:
-        repo, relpath = where
+    places = [model] if cached_location(model) else snapshot_links_to(target)
+    for place in places:
+        repo, relpath = cached_location(place) or ("", "")
         for name, entry in catalog.items():
             entry_repo, variant = _parts(entry)
             if entry_repo is not None and entry_repo.lower() == repo.lower() and \
-                    _picks(relpath, variant, repo):
+                    _picks(place, relpath, variant, repo):
                 return name
     with_hash = {name: e for name, e in catalog.items() if isinstance(e.get("sha256"), str)}
     if target.parent.name == "blobs":  # an HF blob is named by its sha256
@@ -152,15 +154,18 @@ def _parts(entry: dict) -> tuple[str | None, str | None]:
         return None, None
 
 
-def _picks(relpath: str, variant: str | None, repo: str) -> bool:
-    """Whether `variant` names `relpath` as the file an executor opens."""
-    from lemonade_onebit.catalog.variants import SHARD, select_files
+def _picks(place: Path, relpath: str, variant: str | None, repo: str) -> bool:
+    """Whether `variant`, applied to every file of the snapshot `place` lies in (as `1bit
+    serve -m NAME` applies it), names `relpath` as the file an executor opens."""
+    from lemonade_onebit.catalog.variants import select_files
 
+    snap = Path(os.path.abspath(place))
+    for _ in relpath.split("/"):
+        snap = snap.parent
     try:
-        if variant is not None and SHARD.search(relpath):
-            return select_files([relpath], variant, repo)[:1] == [relpath]
-        return select_files([relpath], variant, repo) == [relpath]
-    except RunError:
+        present = [str(p.relative_to(snap)) for p in snap.rglob("*") if p.is_file()]
+        return select_files(present, variant, repo)[:1] == [relpath]
+    except (RunError, OSError):
         return False
 
 

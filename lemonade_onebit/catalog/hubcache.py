@@ -40,6 +40,21 @@ def cached_location(path: Path) -> tuple[str, str] | None:
     return None
 
 
+def snapshot_links_to(blob: Path) -> list[Path]:
+    """The snapshot files of the repo folder `blob` lies in (`models--ORG--REPO/blobs/<h>`)
+    that link to it."""
+    if blob.parent.name != "blobs" or not blob.parent.parent.name.startswith("models--"):
+        return []
+    found = []
+    try:
+        for path in (blob.parent.parent / "snapshots").rglob("*"):
+            if path.is_symlink() and path.resolve() == blob:
+                found.append(path)
+    except OSError:
+        return []
+    return sorted(found)
+
+
 def file_sha256(path: Path) -> str:
     """The file's sha256, remembered by (device, inode, size, mtime) so a large file is hashed
     once, not at every load."""
@@ -111,11 +126,13 @@ def local_revision(sha256: str) -> str:
     return hashlib.sha1(f"lemonade-onebit local {sha256}".encode()).hexdigest()
 
 
-def link_file(cache: Path, repo: str, relpath: str, target: Path, sha256: str) -> list[Path]:
+def link_file(cache: Path, repo: str, relpath: str, target: Path, sha256: str,
+              created: list[dict]) -> bool:
     """Make `target` the file `relpath` of `repo` in the HF cache at `cache`, without copying:
     `blobs/<sha256>` links to `target`, `snapshots/<rev>/<relpath>` to the blob, `refs/main`
-    names the snapshot when it named none. What is there already is left alone. Returns what it
-    created, in creation order, so that it can be undone (`unlink_created`)."""
+    names the snapshot when it named none. What is there already is left alone. Appends what it
+    creates to `created` as it goes (so that a failure halfway still leaves a full record for
+    `unlink_created`); returns whether it created anything."""
     from lemonade_onebit.catalog.variants import REPO
 
     if not REPO.match(repo) or ".." in repo:
@@ -128,8 +145,8 @@ def link_file(cache: Path, repo: str, relpath: str, target: Path, sha256: str) -
     folder = repo_folder(repo, cache)
     snap = snapshot_in(folder)
     if snap is not None and (snap / relpath).is_file():
-        return []  # the cache already holds the file
-    created: list[Path] = []
+        return False  # the cache already holds the file
+    before = len(created)
 
     def make_dir(path: Path) -> None:
         missing = []
@@ -138,7 +155,7 @@ def link_file(cache: Path, repo: str, relpath: str, target: Path, sha256: str) -
             path = path.parent
         for p in reversed(missing):
             p.mkdir()
-            created.append(p)
+            created.append({"path": str(p), "dir": True})
 
     blob = folder / "blobs" / sha256
     make_dir(blob.parent)
@@ -146,20 +163,21 @@ def link_file(cache: Path, repo: str, relpath: str, target: Path, sha256: str) -
         if blob.is_symlink():  # a dangling link: ours from an earlier install, or junk
             blob.unlink()
         blob.symlink_to(target.resolve())
-        created.append(blob)
+        created.append({"path": str(blob), "link": str(target.resolve())})
     rev = snap.name if snap is not None else local_revision(sha256)
     link = folder / "snapshots" / rev / relpath
     make_dir(link.parent)
     if link.is_symlink():
         link.unlink()
-    link.symlink_to(os.path.relpath(blob, link.parent))
-    created.append(link)
+    to_blob = os.path.relpath(blob, link.parent)
+    link.symlink_to(to_blob)
+    created.append({"path": str(link), "link": to_blob})
     refs = folder / "refs" / "main"
     if not refs.exists():
         make_dir(refs.parent)
         refs.write_text(rev)
-        created.append(refs)
-    return created
+        created.append({"path": str(refs), "refs": rev})
+    return len(created) > before
 
 
 def snapshot_in(folder: Path) -> Path | None:
@@ -172,25 +190,30 @@ def snapshot_in(folder: Path) -> Path | None:
     return snap if commit and "/" not in commit and snap.is_dir() else None
 
 
-def unlink_created(paths: list[str], inside: Path) -> list[str]:
-    """Undo `link_file`: remove, newest first, what it created that is still what it made (a
-    link, a `refs/main`, an empty folder) and lies inside `inside`. Returns what it removed."""
+def unlink_created(records: list[dict], inside: Path) -> list[str]:
+    """Undo `link_file`: remove, newest first, what it created that is still exactly what it
+    made (a link to the same place, a `refs/main` naming the same revision, an empty folder)
+    and lies inside `inside`. Returns what it removed."""
     removed = []
     root = Path(os.path.abspath(inside))
-    for text in reversed(paths):
-        path = Path(text)
-        if root not in Path(os.path.abspath(path)).parents:
+    for record in reversed(records):
+        path = Path(str(record.get("path", "")))
+        if not record.get("path") or root not in Path(os.path.abspath(path)).parents:
             continue  # never outside the cache it was asked about
         try:
-            if path.is_symlink():
+            if "link" in record:
+                if not (path.is_symlink() and os.readlink(path) == record["link"]):
+                    continue  # replaced since: not ours any more
                 path.unlink()
-            elif path.is_dir():
+            elif "refs" in record:
+                if path.is_symlink() or path.read_text().strip() != record["refs"]:
+                    continue  # Lemonade moved it to a revision of its own
+                path.unlink()
+            elif record.get("dir"):
                 path.rmdir()  # only when empty: the user's files stay
-            elif path.name == "main" and path.parent.name == "refs" and path.is_file():
-                path.unlink()
             else:
                 continue
         except OSError:
             continue
-        removed.append(text)
+        removed.append(str(path))
     return removed

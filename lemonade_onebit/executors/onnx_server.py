@@ -4,12 +4,17 @@ It plays the role `ryzenai-server` plays upstream, with its command line (`-m DI
 [--ctx-size N]`), for machines where that binary is absent. One generation runs at a time; others
 wait their turn in arrival order. Generation runs in a worker thread and hands each piece of text to
 the event loop as it is decoded, so streams flow token by token and `/health` stays fast.
+
+With `$ONEBIT_ONNX_API_KEY` set, every route but `/health` answers only to `Authorization: Bearer
+<key>` (llama-server's `LLAMA_API_KEY` rule): serve sets a per-run key, so its private port answers
+only to serve. A client that leaves stops its generation at the next token, queued or running.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hmac
 import json
 import os
 import threading
@@ -19,6 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
+
+API_KEY_ENV = "ONEBIT_ONNX_API_KEY"
+OPEN_PATHS = frozenset({"/health"})  # what answers without the key: serve's readiness probe
+STREAM_WINDOW = 32  # pieces a stream's generation may run ahead of its writes
 
 
 @dataclass
@@ -127,9 +136,31 @@ def _partial_stop(text: str, stops: list[str]) -> int:
 
 
 def _error(status: int, message: str, code: str) -> web.Response:
-    kind = "invalid_request_error" if status < 500 else "server_error"
+    kind = ("authentication_error" if status == 401 else
+            "invalid_request_error" if status < 500 else "server_error")
     return web.json_response({"error": {"message": message, "type": kind, "code": code}},
                              status=status)
+
+
+def _say(message: str) -> None:
+    print(f"onebit-onnx-server: {message}", flush=True)
+
+
+def key_guard(key: str):
+    """A middleware refusing every route but OPEN_PATHS without `Authorization: Bearer <key>`.
+    The header is compared as bytes (`surrogatepass` encodes any header text, even one aiohttp
+    decoded from invalid UTF-8), in constant time."""
+    expected = f"Bearer {key}".encode()
+
+    @web.middleware
+    async def guard(request: web.Request, handler) -> web.StreamResponse:
+        if request.path not in OPEN_PATHS:
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogatepass")
+            if not hmac.compare_digest(given, expected):
+                return _error(401, "invalid or missing API key", "invalid_api_key")
+        return await handler(request)
+
+    return guard
 
 
 class OnnxServer:
@@ -141,8 +172,9 @@ class OnnxServer:
         self.failure: str | None = None
         self.turn = asyncio.Lock()  # one generation at a time, waiters served in order
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=16 * 1024 * 1024)
+    def app(self, api_key: str | None = None) -> web.Application:
+        app = web.Application(client_max_size=16 * 1024 * 1024,
+                              middlewares=[key_guard(api_key)] if api_key else [])
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.chat)
@@ -192,15 +224,22 @@ class OnnxServer:
         if body.get("stream"):
             return await self._stream(request, job, chat, kind, rid, created,
                                       bool((body.get("stream_options") or {}).get("include_usage")))
-        async with self.turn:
-            try:
-                result = await asyncio.to_thread(self.engine.generate, job, lambda _: None)
-            except ValueError as exc:
-                return _error(400, str(exc), "context_length_exceeded")
-            except Exception as exc:  # noqa: BLE001 - the runtime's own failure, in OpenAI shape
-                return _error(500, f"generation failed: {exc}", "generation_failed")
-            finally:
-                job.cancelled.set()
+        await self._take_turn()
+        work = None
+        try:
+            work = asyncio.get_running_loop().run_in_executor(
+                None, self.engine.generate, job, lambda _: None)
+            result = await asyncio.shield(work)
+        except asyncio.CancelledError:  # the client left (aiohttp cancels its handler)
+            await self._stop(job, work)
+            raise
+        except ValueError as exc:
+            return _error(400, str(exc), "context_length_exceeded")
+        except Exception as exc:  # noqa: BLE001 - the runtime's own failure, in OpenAI shape
+            return _error(500, f"generation failed: {exc}", "generation_failed")
+        finally:
+            job.cancelled.set()
+            self.turn.release()
         choice = ({"index": 0, "message": {"role": "assistant", "content": result.text},
                    "finish_reason": result.finish_reason} if chat else
                   {"index": 0, "text": result.text, "finish_reason": result.finish_reason})
@@ -227,12 +266,42 @@ class OnnxServer:
         return Job(ids, int(max_tokens), float(body.get("temperature", 0.8)),
                    float(body.get("top_p", 0.95)), stop, bool(body.get("ignore_eos", False)))
 
+    async def _take_turn(self) -> None:
+        """Wait for the one generation slot, in arrival order; a client that leaves while
+        queued gives up its place."""
+        try:
+            await self.turn.acquire()
+        except asyncio.CancelledError:
+            _say("request cancelled: the client left while queued")
+            raise
+
+    async def _stop(self, job: Job, work: asyncio.Future[Result] | None, wake=None) -> None:
+        """End the generation of a client that left at its next token, and hold the turn until
+        the worker thread is out of the model, so two generations never run at once. `wake`
+        frees a worker that waits for room in its stream's window."""
+        job.cancelled.set()
+        if wake is not None:
+            wake()
+        interrupted = False  # aiohttp cancels the handler once more when the connection goes
+        while work is not None and not work.done():
+            try:
+                await asyncio.shield(work)
+            except asyncio.CancelledError:
+                interrupted = True
+            except Exception:  # noqa: BLE001 - its outcome is nobody's now
+                break
+        tokens = 0
+        if work is not None and not work.cancelled() and work.exception() is None:
+            tokens = work.result().completion_tokens
+        _say(f"request cancelled: the client left; generation stopped after {tokens} tokens")
+        if interrupted:
+            raise asyncio.CancelledError
+
     async def _stream(self, request, job, chat, kind, rid, created, include_usage):
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue[str | None] = asyncio.Queue()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
-        await resp.prepare(request)
 
         def event(payload: dict) -> bytes:
             return b"data: " + json.dumps(payload).encode() + b"\n\n"
@@ -243,16 +312,28 @@ class OnnxServer:
             return {"id": rid, "object": kind + (".chunk" if chat else ""), "created": created,
                     "model": self.served_id, "choices": [choice]}
 
-        async with self.turn:
-            work = loop.run_in_executor(None, self.engine.generate, job,
-                                        lambda text: loop.call_soon_threadsafe(pieces.put_nowait,
-                                                                               text))
-            work.add_done_callback(lambda _: loop.call_soon_threadsafe(pieces.put_nowait, None))
+        # The generation runs at most STREAM_WINDOW pieces ahead of what the client was sent:
+        # a client that stops reading stops it, and one that leaves is seen within the window.
+        window = threading.Semaphore(STREAM_WINDOW)
+
+        def emit(text: str) -> None:
+            if not job.cancelled.is_set():  # once cancelled, nobody frees room any more
+                window.acquire()
+                loop.call_soon_threadsafe(pieces.put_nowait, text)
+
+        await self._take_turn()
+        work = None
+        try:
             try:
+                await resp.prepare(request)  # the 200 goes out when this request's turn comes
+                work = loop.run_in_executor(None, self.engine.generate, job, emit)
+                work.add_done_callback(
+                    lambda _: loop.call_soon_threadsafe(pieces.put_nowait, None))
                 if chat:
                     await resp.write(event(chunk({"role": "assistant", "content": ""})))
                 while (text := await pieces.get()) is not None:
                     await resp.write(event(chunk({"content": text} if chat else text)))
+                    window.release()
                 try:
                     result = await work
                 except Exception as exc:  # noqa: BLE001 - reported as one error event
@@ -271,11 +352,15 @@ class OnnxServer:
                                             "choices": [], "usage": _usage(job, result)}))
                 await resp.write(b"data: [DONE]\n\n")
                 await resp.write_eof()
-            except (ConnectionError, asyncio.CancelledError):
-                job.cancelled.set()  # the client left: stop generating for it
-                if not work.done():
-                    await asyncio.shield(work)
+            except ConnectionError:  # the client left: a write found the connection gone
+                await self._stop(job, work, wake=window.release)
+            except asyncio.CancelledError:  # the client left (aiohttp cancels its handler)
+                await self._stop(job, work, wake=window.release)
                 raise
+        finally:
+            job.cancelled.set()
+            window.release()  # a worker waiting for room wakes, sees the cancel and ends
+            self.turn.release()
         return resp
 
 
@@ -310,9 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     async def start(app: web.Application) -> None:
         app["load"] = asyncio.ensure_future(server.load())
 
-    app = server.app()
+    app = server.app(os.environ.get(API_KEY_ENV) or None)
     app.on_startup.append(start)
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    # handler_cancellation: a client that leaves cancels its handler, which stops its generation.
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None,
+                handler_cancellation=True)
     return 0
 
 

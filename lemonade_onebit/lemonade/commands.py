@@ -22,7 +22,9 @@ import urllib.request
 from pathlib import Path
 
 from lemonade_onebit.errors import RunError, UsageError
-from lemonade_onebit.lemonade.shim import SHIM_NAME, script_name
+from lemonade_onebit.lemonade import SHIM_NAME
+from lemonade_onebit.lemonade.shim import script_name
+from lemonade_onebit.lemonade.state import _url_key, is_shim, read_state, state_file, write_state
 
 # -- Lemonade's HTTP API -----------------------------------------------------------------------
 
@@ -94,35 +96,6 @@ class LemonadeError(RunError):
 def known_as(name: str, ids: set[str]) -> bool:
     """Lemonade takes `user.<Name>` but lists it as `<Name>`: either spelling counts."""
     return name in ids or f"user.{name}" in ids
-
-
-# -- what register changed, kept to undo it ----------------------------------------------------
-
-def state_file() -> Path:
-    from lemonade_onebit.userdirs import state_dir
-
-    return state_dir() / "lemonade.json"
-
-
-def _url_key(url: str) -> str:
-    parts = urllib.parse.urlsplit(url.rstrip("/"))
-    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{parts.port or 80}"
-
-
-def read_state() -> dict:
-    try:
-        state = json.loads(state_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return state if isinstance(state, dict) else {}
-
-
-def write_state(state: dict) -> None:
-    path = state_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 # -- the catalog as Lemonade sees it ----------------------------------------------------------
@@ -236,7 +209,7 @@ def export_command(folder: str, variant: str, only: list[str] | None) -> int:
 
 def register_command(url: str, variant: str, only: list[str] | None, download: bool,
                      hf_cache: str | None) -> int:
-    from lemonade_onebit.catalog.hubcache import link_file
+    from lemonade_onebit.catalog.hubcache import link_file, repo_folder
 
     entries = selected(only)
     shim = shim_path(variant)
@@ -245,11 +218,12 @@ def register_command(url: str, variant: str, only: list[str] | None, download: b
     ids = client.model_ids()
     bins = client.bins()
     state = read_state()
-    mine = state.setdefault(_url_key(url), {"bins": {}, "models": {}, "hf_cache": str(cache)})
+    mine = state.setdefault(_url_key(url), {"bins": {}, "models": {}})
     key = f"{variant}_bin"
     if key not in mine["bins"]:  # the value before the first register is the one to restore
         before = None if bins is None else bins.get(key)
-        mine["bins"][key] = {"before": before, "known": bins is not None}
+        known = bins is not None and not is_shim(before)  # a shim there: an earlier install's
+        mine["bins"][key] = {"before": before if known else None, "known": known}
     client.set_bin(variant, shim)
     write_state(state)
     print(f"llamacpp.{key} = {shim}")
@@ -257,17 +231,25 @@ def register_command(url: str, variant: str, only: list[str] | None, download: b
 
     failed = []
     for entry in entries:
-        record = mine["models"].setdefault(entry.name, {"added": not known_as(entry.name, ids),
-                                                        "links": []})
-        linked = 0
+        record = mine["models"].setdefault(entry.name, {
+            "added": not known_as(entry.name, ids),
+            # Lemonade's delete removes the repo's folder: only safe if register made it.
+            "repo_folder_existed": repo_folder(entry.repo, cache).exists(),
+            "cache": str(cache), "links": []})
+        if record.get("cache") != str(cache):
+            raise UsageError(f"{entry.name} was registered with Lemonade's cache at "
+                             f"{record.get('cache')}; run `1bit lemonade unregister --only "
+                             f"{entry.name}` first to move it to {cache}")
+        write_state(state)  # recorded before Lemonade is asked: a failed pull still registers
+        linked = False
         for relpath, file in entry_files(entry):
             try:
-                made = link_file(cache, entry.repo, relpath, file, _sha256_of(entry, relpath, file))
+                linked |= link_file(cache, entry.repo, relpath, file,
+                                    _sha256_of(entry, relpath, file), record["links"])
             except OSError as exc:
                 raise RunError(f"cannot link {file} into {cache}: {exc.strerror}") from None
-            record["links"] += [str(p) for p in made]
-            linked += bool(made)
-        write_state(state)
+            finally:
+                write_state(state)
         present = in_cache(cache, entry) is not None
         body = pull_body(entry, variant, present)
         name = body["model_name"]
@@ -280,10 +262,16 @@ def register_command(url: str, variant: str, only: list[str] | None, download: b
         except LemonadeError as exc:
             failed.append(entry.name)
             print(f"{entry.name}: {exc}", file=sys.stderr)
-            print(f"  Lemonade now lists {entry.name} (registered, not downloaded). Next: "
-                  f"`1bit pull {entry.name}` and run this register again (it links the file, no "
-                  f"network needed), or pull it in Lemonade where the hub is reachable; "
-                  f"`1bit lemonade unregister --only {entry.name}` removes it.", file=sys.stderr)
+            now = client.model_ids()
+            held = ("lists it (registered, not downloaded)" if known_as(entry.name, now)
+                    else "does not list it")
+            hint = (f"Lemonade does not see the file in {cache}: if lemond's HF_HOME or "
+                    f"HF_HUB_CACHE points elsewhere, pass that folder as --hf-cache"
+                    if present else
+                    f"`1bit pull {entry.name}` and run this register again (it links the file, "
+                    f"no network needed), or pull it in Lemonade where the hub is reachable")
+            print(f"  Lemonade now {held}. Next: {hint}; `1bit lemonade unregister --only "
+                  f"{entry.name}` removes what register did.", file=sys.stderr)
             continue
         how = ("in Lemonade's cache" + (", linked to this machine's file" if linked else "")
                if present else "downloaded by Lemonade" if download else "not downloaded")
@@ -300,8 +288,9 @@ def unregister_command(url: str, only: list[str] | None) -> int:
     state = read_state()
     mine = state.get(_url_key(url))
     if not mine:
-        print(f"1bit lemonade: nothing registered by 1bit at {url} (no record in "
-              f"{state_file()})", file=sys.stderr)
+        others = ", ".join(sorted(state)) or "none"
+        print(f"1bit lemonade: nothing registered by 1bit at {url} (recorded in "
+              f"{state_file()}: {others})", file=sys.stderr)
         return 0
     if only:
         unknown = [n for n in only if n not in mine["models"]]
@@ -309,29 +298,37 @@ def unregister_command(url: str, only: list[str] | None) -> int:
             raise UsageError(f"not registered by 1bit at {url}: {', '.join(unknown)}")
     client = LemonadeClient(url)
     ids = client.model_ids()
-    cache = Path(mine.get("hf_cache", ""))
     for name in list(only or mine["models"]):
         record = mine["models"][name]
-        # The links go first, so that Lemonade's delete finds only its own files.
-        removed = unlink_created(record.get("links", []), cache)
-        if record.get("added") and known_as(name, ids):
+        # The links go first, so that Lemonade's delete finds none of our files.
+        removed = unlink_created(record.get("links", []), Path(record.get("cache", "")))
+        links = f"{len(removed)} cache link(s) removed" if removed else "no cache link"
+        if not known_as(name, ids):
+            print(f"{name}: no longer in Lemonade; {links}")
+        elif not record.get("added"):
+            print(f"{name}: left in Lemonade (it was there before register); {links}")
+        elif record.get("repo_folder_existed"):
+            print(f"{name}: left registered in Lemonade: its repo folder in Lemonade's cache "
+                  f"was there before register, and Lemonade's delete would remove those files "
+                  f"too (`lemonade delete {name}` if you want that); {links}")
+        else:
             try:
                 client.call("POST", "/api/v1/delete", {"model_name": f"user.{name}"})
             except LemonadeError as exc:
                 if exc.status != 404:
                     raise
-            print(f"{name}: removed from Lemonade" + (f" ({len(removed)} cache link(s) removed)"
-                                                      if removed else ""))
-        else:
-            print(f"{name}: left in Lemonade (it was there before register)"
-                  + (f"; {len(removed)} cache link(s) removed" if removed else ""))
+            print(f"{name}: removed from Lemonade; {links}")
         del mine["models"][name]
         write_state(state)
     if not mine["models"]:
+        current = client.bins()
         for key, was in mine["bins"].items():
-            if was.get("known"):
-                client.call("POST", "/internal/set", {"llamacpp": {key: was.get("before") or ""}})
-                print(f"llamacpp.{key} = {was.get('before') or '(unset)'} (as before register)")
+            now = (current or {}).get(key)
+            if current is not None and not is_shim(now):
+                print(f"llamacpp.{key} = {now or '(unset)'}: changed since register, left as is")
+            elif was.get("known") and was.get("before"):
+                client.call("POST", "/internal/set", {"llamacpp": {key: was["before"]}})
+                print(f"llamacpp.{key} = {was['before']} (as before register)")
             else:
                 print(f"llamacpp.{key}: its value before register is unknown (Lemonade did not "
                       f"say); it still names the shim, which hands models that are not 1bit's "
@@ -349,7 +346,11 @@ def status_command(url: str, hf_cache: str | None, as_json: bool) -> int:
     models = client.models()
     bins = client.bins()
     recorded = read_state().get(_url_key(url), {})
-    cache, origin = lemonade_cache(hf_cache or recorded.get("hf_cache"))
+    caches = {m.get("cache") for m in recorded.get("models", {}).values() if m.get("cache")}
+    if hf_cache is None and len(caches) == 1:
+        cache, origin = Path(caches.pop()), "as recorded by register"
+    else:
+        cache, origin = lemonade_cache(hf_cache)
     rows = []
     for entry in selected(None):
         listed = models.get(entry.name) or models.get(f"user.{entry.name}")

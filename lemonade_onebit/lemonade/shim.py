@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lemonade_onebit import __version__
-from lemonade_onebit.lemonade import VARIANT_ROUTES
+from lemonade_onebit.lemonade import SHIM_NAME, VARIANT_ROUTES
 
-SHIM_NAME = "onebit-llama-server"
 # llama.cpp device names (`--device Vulkan0,Vulkan1`) by prefix, and their route.
 DEVICE_PREFIXES = {"vulkan": "vulkan", "cuda": "cuda", "rocm": "rocm", "hrx": "hrx"}
 
@@ -113,14 +112,22 @@ def route_for(variant: str | None, devices: str | None) -> str:
     return named or "auto"
 
 
-def real_llama_server() -> str | None:
-    """The llama-server to hand other models to: never this shim itself."""
+def real_llama_server(variant: str | None = None) -> str | None:
+    """The llama-server to hand other models to, never this shim itself: `$ONEBIT_LLAMA_SERVER`;
+    for a variant, the `llamacpp.<variant>_bin` that Lemonade named before `1bit lemonade
+    register` replaced it (its own build for that variant); the one this package installed
+    for the variant's route; then `llama-server` on PATH."""
     me = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     candidates = [os.environ.get("ONEBIT_LLAMA_SERVER")]
     try:
-        from lemonade_onebit.backends.llamacpp import CpuLauncher
+        from lemonade_onebit.backends import launcher_for
+        from lemonade_onebit.lemonade.state import recorded_llama_server
 
-        candidates.append(CpuLauncher().installed_executor())
+        if variant:
+            candidates.append(recorded_llama_server(variant))
+        cls = launcher_for(VARIANT_ROUTES.get(variant or "cpu", "cpu"))
+        if cls is not None:
+            candidates.append(cls().installed_executor())
     except Exception:  # noqa: BLE001 - an unusable install only removes a candidate
         pass
     candidates.append(shutil.which("llama-server"))
@@ -162,7 +169,7 @@ def main(argv: list[str] | None = None, variant: str | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = script_name(variant)
-    real = real_llama_server()
+    real = real_llama_server(variant)
     if "--version" in argv:
         print(version_line(real), flush=True)
         return 0
@@ -174,24 +181,33 @@ def main(argv: list[str] | None = None, variant: str | None = None) -> int:
         cmd = LlamaCommand.parse(argv)
         if cmd.model is None:
             raise UsageError("-m MODEL is required")
-        name = owner_of(Path(cmd.model))
+        try:
+            name = owner_of(Path(cmd.model))
+        except Exception as exc:  # noqa: BLE001 - a broken plugin catalog must not stop Lemonade
+            line(f"{prog}: cannot tell whether {cmd.model} is a 1bit model ({exc}); handing it "
+                 "to llama-server")
+            name = None
         if name is None:
             if real is None:
                 line(f"{prog}: {cmd.model} is not a 1bit catalog model and no real llama-server "
                      "was found: set $ONEBIT_LLAMA_SERVER")
                 return 1
             os.execv(real, [real, *argv])
-        return serve_owned(name, cmd, route_for(variant, cmd.devices))
+        route = route_for(variant, cmd.devices)
+        # On a GPU variant, Lemonade's own build for it runs the model, through serve.
+        executor = real if variant not in (None, "cpu") and real else None
+        return serve_owned(name, cmd, route, executor)
 
     return reported(prog, run)
 
 
-def serve_owned(name: str, cmd: LlamaCommand, device: str) -> int:
+def serve_owned(name: str, cmd: LlamaCommand, device: str, executor: str | None) -> int:
     from lemonade_onebit.config import ServeConfig
     from lemonade_onebit.serve import run
 
     return run(ServeConfig(
         model=str(cmd.model), port=cmd.port, host=cmd.host, device=device,
+        executors=(("--llama-server", executor),) if executor else (),
         ctx_size=cmd.ctx_size, alias=name, mmproj=cmd.mmproj, api_key=cmd.api_key,
         embedding=cmd.embedding, reranking=cmd.reranking, extra_args=tuple(cmd.rest)))
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from lemonade_onebit.recipes.schema import Recipe
+if TYPE_CHECKING:  # pydantic stays out of serve's start: recipes arrive validated
+    from lemonade_onebit.recipes.schema import Recipe
 
 
 @dataclass(frozen=True)

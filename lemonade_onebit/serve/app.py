@@ -18,7 +18,8 @@ from aiohttp import web
 from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.serve.backend import Backend
 from lemonade_onebit.serve.errors import error_event, error_response, not_supported
-from lemonade_onebit.serve.pool import ExecutorPool
+from lemonade_onebit.serve.laya import ROUTE
+from lemonade_onebit.serve.pool import DeviceState, ExecutorPool
 from lemonade_onebit.serve.relay import StreamRelay, UpstreamError
 from lemonade_onebit.serve.reply import with_model
 from lemonade_onebit.serve.supervisor import State
@@ -89,18 +90,28 @@ class ServeApp:
         path, method = request.path, request.method
         if path in HEALTH_PATHS:
             return self.health() if method in ("GET", "HEAD") else _method_not_allowed(path)
+        if self.pool.closing:
+            return _shutting_down()
         if self._api_key is not None and not self._authorized(request):
             return error_response(401, "invalid or missing API key", "invalid_api_key")
         if path in MODELS_PATHS:
             return self.models() if method == "GET" else _method_not_allowed(path)
         route = OPENAI_ROUTES.get(path)
+        primary = self.pool.primary
+        if (self.pool.state(primary.device) is DeviceState.RESTARTING
+                and self._for_primary(path, route)):
+            await self.pool.settle(primary)  # the request waits for the restart, not a 502
         if route is not None:
             if method != "POST":
                 return _method_not_allowed(path)
             upstream_path, required, option = route
             if option is not None and not getattr(self.config, option):
                 return not_supported(NOT_ENABLED[option])
-            return await self.openai(request, upstream_path, required)
+            resp = await self.openai(request, upstream_path, required)
+            routed = ROUTE.get()
+            if routed is not None and not resp.prepared:  # an error the front made itself
+                resp.headers.setdefault("X-1bit-Route", routed)
+            return resp
         extra_method = LLAMA_EXTRAS.get(path) or ("POST" if SLOT_ACTION.match(path) else None)
         if extra_method is not None:
             if not self.info.llama_server_api:
@@ -112,19 +123,47 @@ class ServeApp:
             return await self.extra(request)
         return error_response(404, f"no route for {method} {path}", "not_found")
 
+    def _for_primary(self, path: str, route) -> bool:
+        """Whether the request goes to the primary's executor (with --laya, chat and completions
+        go where the router sends them)."""
+        if route is not None:
+            return self.router is None or route[0] not in REWRITE_MODEL
+        return path in LLAMA_EXTRAS or SLOT_ACTION.match(path) is not None
+
     def _authorized(self, request: web.Request) -> bool:
-        given = request.headers.get("Authorization", "").encode()
-        return self._api_key is not None and hmac.compare_digest(given, self._api_key)
+        """The key as llama-server takes it: `Authorization`, else `x-api-key`, either with or
+        without `Bearer `. A header that is not valid text never matches."""
+        given = request.headers.get("Authorization") or request.headers.get("x-api-key") or ""
+        if not given.startswith("Bearer "):
+            given = "Bearer " + given
+        try:
+            raw = given.encode()
+        except UnicodeEncodeError:  # aiohttp keeps undecodable bytes as lone surrogates
+            return False
+        return self._api_key is not None and hmac.compare_digest(raw, self._api_key)
 
     # -- local routes ---------------------------------------------------------------------
 
     def health(self) -> web.Response:
-        status = self.pool.primary.status
-        if status.state is State.READY:
-            return web.json_response({"status": "ok"})
-        if status.state is State.FAILED:
-            return web.json_response({"status": "error", "message": status.failure}, status=503)
-        return web.json_response({"status": status.state.value}, status=503)
+        """200 `{"status": "ok"}` while the primary serves (Lemonade reads only the status
+        code); with --laya, `backends` gives each device's state."""
+        primary = self.pool.primary
+        state, status = self.pool.state(primary.device), primary.status
+        body: dict
+        if self.pool.closing:
+            body = {"status": "stopping"}
+        elif state is DeviceState.READY and status.state is State.READY:
+            body = {"status": "ok"}
+        elif state is DeviceState.UNUSABLE:
+            body = {"status": "error", "message": self.pool.reason(primary.device)}
+        elif state is DeviceState.RESTARTING or status.state is State.FAILED:
+            body = {"status": "restarting",
+                    "message": status.failure or self.pool.reason(primary.device)}
+        else:
+            body = {"status": "loading"}
+        if self.router is not None:
+            body["backends"] = self.pool.states()
+        return web.json_response(body, status=200 if body["status"] == "ok" else 503)
 
     def models(self) -> web.Response:
         return web.json_response({
@@ -140,15 +179,23 @@ class ServeApp:
 
     # -- forwarded routes -----------------------------------------------------------------
 
-    @staticmethod
-    def _not_ready(backend: Backend) -> web.Response | None:
-        status = backend.status
+    def _not_ready(self, backend: Backend) -> web.Response | None:
+        """None when `backend` can take the request, else the reply that says why not."""
+        if self.pool.closing:
+            return _shutting_down()
+        state, status = self.pool.state(backend.device), backend.status
+        if state is DeviceState.UNUSABLE:
+            return error_response(502, f"executor failed: {self.pool.reason(backend.device)}",
+                                  "executor_failed")
+        if state is DeviceState.RESTARTING or status.state is State.FAILED:
+            why = status.failure or self.pool.reason(backend.device)
+            return error_response(503, f"the executor is restarting after it died: {why}",
+                                  "executor_restarting")
         if status.state is State.READY:
             return None
         if status.state is State.LOADING:
             return error_response(503, "the model is still loading", "model_loading")
-        return error_response(502, f"executor failed: {status.failure or status.state.value}",
-                              "executor_failed")
+        return error_response(502, f"executor failed: {status.state.value}", "executor_failed")
 
     async def _read_body(self, request: web.Request) -> bytes | web.Response:
         length = request.content_length
@@ -158,6 +205,8 @@ class ServeApp:
             return await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _too_large(self.config.max_body)
+        except web.RequestPayloadError as exc:  # e.g. a Content-Encoding its bytes do not match
+            return error_response(400, f"the request body cannot be read: {exc}", "invalid_body")
 
     async def openai(
         self, request: web.Request, upstream_path: str, required: tuple[str, ...]
@@ -167,6 +216,8 @@ class ServeApp:
             return body
         try:
             payload = json.loads(body)
+        except RecursionError:  # json's own depth guard: nothing on the path of a normal body
+            return _too_deep()
         except (ValueError, UnicodeDecodeError):
             return error_response(400, "the request body is not valid JSON", "invalid_json")
         if not isinstance(payload, dict):
@@ -185,11 +236,22 @@ class ServeApp:
             return busy
         rewritten = backend.rewrite_body(payload)
         if rewritten is not None:
-            body = json.dumps(rewritten).encode()
+            try:
+                body = json.dumps(rewritten).encode()
+            except RecursionError:
+                return _too_deep()
         if payload.get("stream") is True:
-            return await self._relay_stream(request, backend, upstream_path, body, extra_headers)
-        return await self._relay(backend, backend.base_url + upstream_path, "POST", body,
-                                 rewrite=upstream_path in REWRITE_MODEL, headers=extra_headers)
+            resp = await self._relay_stream(request, backend, upstream_path, body, extra_headers)
+        else:
+            resp = await self._relay(backend, backend.base_url + upstream_path, "POST", body,
+                                     rewrite=upstream_path in REWRITE_MODEL, headers=extra_headers)
+        if resp.status >= 400 and isinstance(resp, web.Response) and isinstance(resp.body, bytes):
+            shaped = backend.launcher.upstream_error(resp.status, resp.body)
+            if shaped is not None:
+                resp.set_status(shaped[0])
+                resp.body = shaped[1]
+                resp.content_type = "application/json"
+        return resp
 
     async def extra(self, request: web.Request) -> web.StreamResponse:
         body = b""
@@ -298,25 +360,42 @@ class ServeApp:
     async def _quiet_wait(self, relay: StreamRelay, waited: asyncio.Future):
         """Wait for `waited` while the executor keeps sending; TimeoutError once it goes silent."""
         limit = self.config.executor_timeout
+        closed = self.pool.closed
+        assert closed is not None
         while True:
             left = relay.last_data + limit - time.monotonic()
             if left <= 0:
                 raise asyncio.TimeoutError
-            done, _ = await asyncio.wait({waited}, timeout=left)
-            if done:
+            done, _ = await asyncio.wait({waited, closed}, timeout=left,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if waited in done:
                 return waited.result()
+            if done:  # serve is stopping: the stream ends now, through its failure path
+                relay.close()
+                return await waited
 
     def _silence(self) -> str:
         return f"executor sent nothing for {self.config.executor_timeout:g} s"
 
-    @staticmethod
-    def _upstream_failure(backend: Backend, exc: BaseException) -> str:
+    def _upstream_failure(self, backend: Backend, exc: BaseException) -> str:
+        if self.pool.closing:  # the executor was stopped under the request
+            return "serve is shutting down"
         why = backend.supervisor.failure or f"{type(exc).__name__}: {exc}".rstrip(": ")
         return f"executor failed: {why}"
 
 
 def _method_not_allowed(path: str) -> web.Response:
     return error_response(405, f"method not allowed on {path}", "method_not_allowed")
+
+
+def _too_deep() -> web.Response:
+    return error_response(400, "the request body is nested too deeply", "invalid_json")
+
+
+def _shutting_down() -> web.Response:
+    resp = error_response(503, "serve is shutting down", "shutting_down")
+    resp.force_close()
+    return resp
 
 
 def _too_large(limit: int) -> web.Response:

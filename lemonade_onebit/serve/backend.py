@@ -1,4 +1,8 @@
-"""One executor behind serve: its launcher, its supervisor and the key its private port wants."""
+"""One executor behind serve: its launcher, its supervisor and the key its private port wants.
+
+The backend outlives its executor's process: when the pool restarts a dead executor, the new
+supervisor takes the old one's place here, on the same command line and port, so whoever holds
+the backend follows the restart."""
 
 from __future__ import annotations
 

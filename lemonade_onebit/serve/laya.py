@@ -5,13 +5,16 @@ later turn maps to the decision of the first (LRU of 4,096). The first user mess
 (`lemonade_onebit.laya`); the policy turns the class into a device. The decision is a pure
 function (`decide`) run off the loop: the first one loads the classifier, and asking whether a
 device is here may run `vulkaninfo`. The backend of a device comes from the pool, which starts it
-the first time it is picked; a device the pool found unusable sends its conversations, old and
-new, to the fallback.
+the first time it is picked, and restarts it when it dies; a device the pool found unusable (it
+could not start, or it kept dying) sends its conversations, old and new, to the fallback. Every
+routed reply carries `X-1bit-Route`, its errors too: `ROUTE` holds the header for the HTTP
+front of the request being handled.
 """
 
 from __future__ import annotations
 
 import collections
+import contextvars
 import dataclasses
 import hashlib
 import json
@@ -20,6 +23,9 @@ from lemonade_onebit.serve.backend import Backend
 from lemonade_onebit.serve.pool import ExecutorPool, Unusable, off_loop
 
 CONVERSATIONS = 4096
+
+# The X-1bit-Route of the request this task handles, for the replies the front makes itself.
+ROUTE: contextvars.ContextVar[str | None] = contextvars.ContextVar("route", default=None)
 
 
 def conversation_key(payload: dict) -> tuple[str, str]:
@@ -111,13 +117,27 @@ class LayaRouter:
         try:
             backend = await self._backend(device)
         except Unusable as exc:
-            default = self.policy["default"]
-            device = default if self.pool.is_ready(default) else self.pool.primary.device
-            self.log(f"laya: {made[2]} cannot serve ({exc}); {device} serves")
-            backend = await self._backend(device)
-            self.decisions[key] = (klass, confidence, device)
+            backend = await self._fallback()
+            if not self.pool.closing:
+                self.log(f"laya: {device} cannot serve ({exc}); {backend.device} serves")
+                self.decisions[key] = (klass, confidence, backend.device)
+            device = backend.device
         self.routed[device] += 1
-        return backend, f"{klass} {confidence:.2f} {device}"
+        header = f"{klass} {confidence:.2f} {device}"
+        ROUTE.set(header)
+        return backend, header
+
+    async def _fallback(self) -> Backend:
+        """The policy's default device when it is ready, else the primary, as it is: when the
+        primary cannot serve either, the front says why."""
+        default = self.policy["default"]
+        if self.pool.is_ready(default) and not self.pool.closing:
+            try:
+                return await self._backend(default)
+            except Unusable:
+                pass
+        await self.pool.settle(self.pool.primary)
+        return self.pool.primary
 
     def _backend(self, device: str):
         config = self._configs.get(device)

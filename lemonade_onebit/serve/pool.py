@@ -1,11 +1,18 @@
 """The executor pool: the one owner of every executor serve runs.
 
 It starts them (the primary at once, another device's the first time it is asked for), waits for
-their readiness, and stops them all at once: SIGTERM to every process group, one shared
-`STOP_GRACE_S` deadline, then SIGKILL, because Lemonade SIGKILLs serve 5 s after its SIGTERM.
-Each device has one record: starting, ready, or unusable with the reason; an unusable device is
-never started again. Restart policy: none. An executor that dies stays failed (`/health` says
-so) and serve's owner (Lemonade, a service manager) restarts serve.
+their readiness, restarts the ones that die, and stops them all at once: SIGTERM to every process
+group, one shared `STOP_GRACE_S` deadline, then SIGKILL, all within the 5 s after which Lemonade
+SIGKILLs serve.
+
+Each device has one record: starting, ready, restarting, or unusable with the reason. Restart
+policy (as llama-swap and Ollama do it): an executor that dies once it was ready (the OOM killer,
+a crash) is logged with its cause and started again after a back-off of `BACKOFF_S`, doubled at
+each death up to `BACKOFF_CAP_S`; a restart that cannot load counts as a death too. After
+`MAX_DEATHS` deaths with no `STABLE_S` of readiness between them the device is unusable for
+good: for the primary, serve then exits 1 so that its owner (Lemonade, a service manager)
+restarts it; a Laya backend's conversations go to the fallback. A device whose first start
+failed is never started again.
 
 asyncio is imported inside the methods that need it: the primary is spawned before it is.
 """
@@ -13,6 +20,7 @@ asyncio is imported inside the methods that need it: the primary is spawned befo
 from __future__ import annotations
 
 import enum
+import functools
 import threading
 import time
 from dataclasses import dataclass
@@ -20,7 +28,8 @@ from typing import TYPE_CHECKING
 
 from lemonade_onebit.errors import RunError
 from lemonade_onebit.serve.backend import Backend
-from lemonade_onebit.serve.supervisor import Supervisor
+from lemonade_onebit.serve.plan import log
+from lemonade_onebit.serve.supervisor import ExecutorSpec, Supervisor
 
 if TYPE_CHECKING:
     import asyncio
@@ -28,8 +37,12 @@ if TYPE_CHECKING:
     from lemonade_onebit.config import ServeConfig
     from lemonade_onebit.serve.plan import Plan
 
-STOP_GRACE_S = 5.0
-KILL_WAIT_S = 2.0
+STOP_GRACE_S = 4.0  # serve's whole stop stays under Lemonade's 5 s
+KILL_WAIT_S = 0.5
+BACKOFF_S = 0.5
+BACKOFF_CAP_S = 30.0
+MAX_DEATHS = 5
+STABLE_S = 60.0  # this long ready, and the deaths before are forgiven
 
 
 class Unusable(RunError):
@@ -39,6 +52,7 @@ class Unusable(RunError):
 class DeviceState(enum.Enum):
     STARTING = "starting"
     READY = "ready"
+    RESTARTING = "restarting"
     UNUSABLE = "unusable"
 
 
@@ -47,8 +61,10 @@ class DeviceRecord:
     device: str
     state: DeviceState = DeviceState.STARTING
     backend: Backend | None = None  # set once its executor is spawned
-    reason: str | None = None  # why it is unusable
-    start: asyncio.Task | None = None  # a lazy start in progress (plan, spawn, load)
+    reason: str | None = None  # why it is unusable, or why it is restarting
+    start: asyncio.Task | None = None  # a start or restart in progress (plan, spawn, load)
+    deaths: int = 0  # deaths since it last stayed ready for STABLE_S
+    ready_since: float | None = None
 
 
 async def off_loop(fn, *args):
@@ -96,29 +112,40 @@ def stop_all(supervisors: list[Supervisor], grace: float = STOP_GRACE_S) -> None
         sup.wait_gone(KILL_WAIT_S)
 
 
+def backoff(deaths: int) -> float:
+    """Seconds before the restart that follows death number `deaths` (1, 2, ...)."""
+    return min(BACKOFF_S * 2 ** (deaths - 1), BACKOFF_CAP_S)
+
+
 class ExecutorPool:
-    def __init__(self, load_timeout: float) -> None:
+    def __init__(self, load_timeout: float, say=log) -> None:
         self.load_timeout = load_timeout
+        self.say = say
         self._primary: Backend | None = None
         self._records: dict[str, DeviceRecord] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session = None
         self._closing = False
+        self.closed: asyncio.Future | None = None  # resolved when serve starts to stop
+        self.gave_up: asyncio.Future | None = None  # the primary's reason, once it is unusable
 
     def launch(self, p: Plan) -> Backend:
         """Spawn the plan's executor now, on the calling thread (the kernel kills the executor
         when that thread ends, so it must be the main thread, which the loop runs on)."""
         device = p.launcher.info.device
         record = self._records.setdefault(device, DeviceRecord(device))
-        supervisor = Supervisor(p.spec, self.load_timeout)
-        record.backend = Backend(device, p.launcher, supervisor, p.upstream_key,
-                                 p.upstream_model)
+        record.backend = Backend(device, p.launcher, self._supervisor(record, p.spec),
+                                 p.upstream_key, p.upstream_model)
         if self._primary is None:
             self._primary = record.backend
-        if self._loop is not None:
-            supervisor.attach(self._loop)
-        supervisor.start()
+        record.backend.supervisor.start()
         return record.backend
+
+    def _supervisor(self, record: DeviceRecord, spec: ExecutorSpec) -> Supervisor:
+        supervisor = Supervisor(spec, self.load_timeout)
+        if self._loop is not None:
+            supervisor.attach(self._loop, functools.partial(self._exited, record))
+        return supervisor
 
     @property
     def primary(self) -> Backend:
@@ -127,12 +154,18 @@ class ExecutorPool:
             raise RuntimeError("no executor launched yet")
         return self._primary
 
+    @property
+    def closing(self) -> bool:
+        """Serve is stopping: nothing starts any more, and requests are turned away."""
+        return self._closing
+
     def attach(self, loop: asyncio.AbstractEventLoop, session) -> None:
         """The loop changes are reported on, and the HTTP session readiness is polled with."""
         self._loop, self._session = loop, session
+        self.closed, self.gave_up = loop.create_future(), loop.create_future()
         for record in self._records.values():
             if record.backend is not None:
-                record.backend.supervisor.attach(loop)
+                record.backend.supervisor.attach(loop, functools.partial(self._exited, record))
 
     async def load(self, backend: Backend) -> None:
         """Wait until a launched backend is ready; RunError with the executor's reason if not."""
@@ -142,20 +175,51 @@ class ExecutorPool:
         except RunError as exc:
             record.state, record.reason = DeviceState.UNUSABLE, str(exc)
             raise
-        record.state = DeviceState.READY
+        self._ready(record)
+
+    def _ready(self, record: DeviceRecord) -> None:
+        record.state, record.ready_since = DeviceState.READY, time.monotonic()
+        record.reason = None
+
+    def state(self, device: str) -> DeviceState | None:
+        record = self._records.get(device)
+        return record.state if record is not None else None
+
+    def states(self) -> dict[str, str]:
+        """Each device the pool has a record of, and its state: what `/health` reports."""
+        return {device: record.state.value for device, record in self._records.items()}
+
+    def reason(self, device: str) -> str | None:
+        """Why `device` is unusable or restarting, or None."""
+        record = self._records.get(device)
+        return record.reason if record is not None else None
 
     def unusable(self) -> frozenset[str]:
         return frozenset(d for d, r in self._records.items() if r.state is DeviceState.UNUSABLE)
 
     def is_ready(self, device: str) -> bool:
-        record = self._records.get(device)
-        return record is not None and record.state is DeviceState.READY
+        return self.state(device) is DeviceState.READY
+
+    async def settle(self, backend: Backend) -> None:
+        """Wait while `backend` restarts, at most `load_timeout` seconds; a caller that leaves
+        does not stop the restart."""
+        import asyncio
+
+        record = self._records[backend.device]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.load_timeout
+        while record.state is DeviceState.RESTARTING and not self._closing:
+            left = deadline - loop.time()
+            if record.start is None or left <= 0:
+                return
+            await asyncio.wait({record.start}, timeout=left)
 
     async def backend(self, device: str, config: ServeConfig, say) -> Backend:
         """The backend of `device`, started from `config` the first time it is asked for, and
-        ready unless it is the primary (which may still be loading). Unusable when it cannot
-        serve here, then and for every later call. A caller that leaves (its client
-        disconnected) does not stop the start: other callers may be waiting for it."""
+        ready unless it is the primary (which may still be loading); one that is restarting is
+        waited for. Unusable when it cannot serve here, then and for every later call. A
+        caller that leaves (its client disconnected) does not stop the start: other callers
+        may be waiting for it."""
         import asyncio
 
         record = self._records.get(device)
@@ -164,8 +228,12 @@ class ExecutorPool:
                 raise Unusable("serve is stopping")
             record = self._records[device] = DeviceRecord(device)
             record.start = asyncio.ensure_future(self._start(record, config, say))
-        if record.start is not None and not record.start.done():
-            await asyncio.shield(record.start)
+        if record.state is DeviceState.STARTING and record.start is not None:
+            await asyncio.wait({record.start})
+        if record.backend is not None:
+            await self.settle(record.backend)
+        if self._closing:
+            raise Unusable("serve is stopping")
         if record.state is DeviceState.UNUSABLE:
             raise Unusable(record.reason)
         assert record.backend is not None
@@ -186,14 +254,75 @@ class ExecutorPool:
             if record.backend is not None:
                 await off_loop(stop_all, [record.backend.supervisor])
             return
-        record.state = DeviceState.READY
+        self._ready(record)
         say("ready")
+
+    # -- deaths and restarts ----------------------------------------------------------------
+
+    def _exited(self, record: DeviceRecord, supervisor: Supervisor) -> None:
+        """On the loop: an executor exited unasked. One that was serving died; a loading one
+        is its loader's to report."""
+        current = record.backend is not None and record.backend.supervisor is supervisor
+        if self._closing or not current or record.state is not DeviceState.READY:
+            return
+        self._died(record, supervisor.failure or "it exited")
+
+    def _died(self, record: DeviceRecord, reason: str) -> None:
+        import asyncio
+
+        now = time.monotonic()
+        if record.ready_since is not None and now - record.ready_since >= STABLE_S:
+            record.deaths = 0
+        record.deaths += 1
+        record.ready_since, record.reason = None, reason
+        self.say(f"{record.device}: the executor died: {reason}")
+        if record.deaths >= MAX_DEATHS:
+            record.state = DeviceState.UNUSABLE
+            record.reason = f"the executor died {record.deaths} times in a row, last: {reason}"
+            self.say(f"{record.device}: not restarting it again: {record.reason}")
+            if record.backend is self._primary and self.gave_up and not self.gave_up.done():
+                self.gave_up.set_result(record.reason)
+            return
+        delay = backoff(record.deaths)
+        record.state = DeviceState.RESTARTING
+        self.say(f"{record.device}: restarting the executor in {delay:g} s "
+                 f"(death {record.deaths} of {MAX_DEATHS} before serve gives up)")
+        record.start = asyncio.ensure_future(self._restart(record, delay))
+
+    async def _restart(self, record: DeviceRecord, delay: float) -> None:
+        """A new supervisor on the same command line, after `delay`; it takes the dead one's
+        place in the backend, so requests and `/health` follow it."""
+        import asyncio
+
+        await asyncio.sleep(delay)
+        backend = record.backend
+        assert backend is not None
+        supervisor = self._supervisor(record, backend.supervisor.spec)
+        backend.supervisor = supervisor
+        try:
+            supervisor.start()  # on the loop, so on the main thread: see `launch`
+            await supervisor.wait_ready(self._session)
+        except RunError as exc:
+            if not self._closing:
+                self._died(record, str(exc))
+            return
+        self._ready(record)
+        self.say(f"{record.device}: the executor is back and ready")
+
+    # -- stop ---------------------------------------------------------------------------------
+
+    def begin_stop(self) -> None:
+        """Serve starts to stop: no start or restart any more, and `closed` resolves, which
+        ends the streams in flight."""
+        self._closing = True
+        if self.closed is not None and not self.closed.done():
+            self.closed.set_result(None)
 
     async def stop(self) -> None:
         """Stop every executor at once, a start in progress included, within one deadline."""
         import asyncio
 
-        self._closing = True
+        self.begin_stop()
         starts = [r.start for r in self._records.values() if r.start and not r.start.done()]
         for task in starts:
             task.cancel()

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 from functools import lru_cache
+from typing import IO
 
 # prctl(PR_SET_PDEATHSIG, SIGKILL), then exec; exit when serve died before prctl took effect.
 _EXEC_WITH_DEATH_SIGNAL = (
@@ -49,9 +50,10 @@ def _death_signal_prefix() -> list[str]:
     return [sys.executable, "-S", "-c", _EXEC_WITH_DEATH_SIGNAL, str(os.getpid())]
 
 
-def spawn(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start `argv` in its own session, output merged into one pipe, no stdin, killed by the
-    kernel when serve dies (even by SIGKILL)."""
+def spawn(argv: list[str], env: dict[str, str] | None = None,
+          stdout: int | IO[bytes] = subprocess.PIPE, cwd: str | None = None) -> subprocess.Popen:
+    """Start `argv` in its own session, output merged into `stdout` (a pipe unless given), no
+    stdin, killed by the kernel when the process that started it dies (even by SIGKILL)."""
     program = shutil.which(argv[0], path=(env if env is not None else os.environ).get("PATH"))
     if program is None:  # say so here: behind the wrapper it would be the wrapper's exit code
         code = errno.EACCES if os.path.exists(argv[0]) else errno.ENOENT
@@ -59,9 +61,10 @@ def spawn(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Pope
     return subprocess.Popen(
         [*_death_signal_prefix(), program, *argv[1:]],
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
+        stdout=stdout,
         stderr=subprocess.STDOUT,
         env=env,
+        cwd=cwd,
         start_new_session=True,
     )
 

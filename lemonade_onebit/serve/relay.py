@@ -14,6 +14,13 @@ import socket
 import time
 from typing import cast
 
+# Backpressure: above this many bytes waiting for a client that reads slowly (or not at all), stop
+# reading from the executor, and go on once the client has taken it down to the low mark. Serve's
+# memory stays bounded and the executor's own send blocks, as if it served that client itself.
+HIGH_WATER = 1 << 20
+LOW_WATER = 1 << 18
+DRAIN_POLL_S = 0.02
+
 
 class UpstreamError(Exception):
     """The executor's connection failed or broke its HTTP framing."""
@@ -47,6 +54,7 @@ class StreamRelay(asyncio.Protocol):
         self._received = 0
         self._need = 0  # bytes left in the current chunk, its CRLF included
         self._size_line = b""  # a chunk-size line split across reads, not yet forwarded
+        self._paused = False  # not reading from the executor until the client drains
 
     async def open(self, host: str, port: int) -> None:
         """Connect to the executor, sending the request in this very step where it can.
@@ -215,6 +223,30 @@ class StreamRelay(asyncio.Protocol):
             self._fail(UpstreamError("the client closed the connection"))
         else:
             self._sink.write(framed)
+            if not self._paused and self._sink.get_write_buffer_size() > HIGH_WATER:
+                self._pause()
+
+    def _pause(self) -> None:
+        if self.transport is None:
+            return
+        self._paused = True
+        self.transport.pause_reading()
+        asyncio.get_running_loop().call_later(DRAIN_POLL_S, self._check_drain)
+
+    def _check_drain(self) -> None:
+        """While paused: resume once the client took its backlog down, fail once it left."""
+        if not self._paused or self._closed or self.transport is None:
+            return
+        sink = self._sink
+        if sink is None or sink.is_closing():
+            self._fail(UpstreamError("the client closed the connection"))
+            return
+        if sink.get_write_buffer_size() <= LOW_WATER:
+            self._paused = False
+            self.last_data = time.monotonic()  # the executor was held back, not silent
+            self.transport.resume_reading()
+        else:
+            asyncio.get_running_loop().call_later(DRAIN_POLL_S, self._check_drain)
 
     def _emit_unframed(self, data: bytes) -> None:
         if self._sink is None:

@@ -1,5 +1,8 @@
 """The run loop of `1bit serve`: plan, bind the public port, start the primary executor, serve
-HTTP until SIGTERM/SIGINT, then let the pool stop every executor."""
+HTTP until SIGTERM/SIGINT (or until the primary's executor keeps dying), then stop in the order
+that gives every client an answer: refuse new requests and stop accepting, end the open streams
+(an SSE error event and the chunked end), stop every executor, then let the replies in flight
+finish, all within the 5 s Lemonade gives serve."""
 
 from __future__ import annotations
 
@@ -10,6 +13,12 @@ from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.errors import RunError
 from lemonade_onebit.serve.plan import Plan, log, plan
 from lemonade_onebit.serve.pool import ExecutorPool
+
+# A request head must arrive within this many seconds of the connection (or of the reply
+# before it); an idle keep-alive connection is closed after as long. A stream in progress is
+# not limited by it.
+HEADER_TIMEOUT_S = 60.0
+DRAIN_S = 0.3  # after the executors stopped, how long replies in flight get to finish
 
 
 def run(config: ServeConfig) -> int:
@@ -78,11 +87,10 @@ async def _serve(config: ServeConfig, p: Plan, pool: ExecutorPool, listener, pol
 
             router = LayaRouter(config, policy, pool, log)
         front = ServeApp(config, pool, p.model.served_id, session, router)
-        # Once the executors are stopped, what is still in flight gets 1 s to finish its reply.
-        runner = web.AppRunner(front.make_app(), access_log=None, handler_cancellation=True,
-                               shutdown_timeout=1.0)
+        runner = make_runner(front.make_app())
         await runner.setup()
-        await web.SockSite(runner, listener).start()
+        site = web.SockSite(runner, listener)
+        await site.start()
 
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -96,13 +104,71 @@ async def _serve(config: ServeConfig, p: Plan, pool: ExecutorPool, listener, pol
                 return 0
             load.result()  # raises RunError with the executor's reason
             log(f"ready on http://{_url_host(config.host)}:{config.port}")
-            await stopped
+            assert pool.gave_up is not None
+            await asyncio.wait({stopped, pool.gave_up}, return_when=asyncio.FIRST_COMPLETED)
+            if pool.gave_up.done():  # exit 1, so that Lemonade or a service manager restarts serve
+                raise RunError(f"{pool.primary.device}: {pool.gave_up.result()}")
             return 0
         finally:
+            pool.begin_stop()  # from here on requests get 503, and open streams end
+            await site.stop()
             await pool.stop()
             if router is not None:
                 log(router.summary())
             await runner.cleanup()
+
+
+def make_runner(app):
+    """The aiohttp runner of serve's front: a connection that breaks cancels its handler (and
+    so its generation), a client that only half-closes still gets its reply, and a request head
+    that never completes is dropped after `HEADER_TIMEOUT_S`."""
+    from aiohttp import web
+
+    from lemonade_onebit.serve.errors import OpenAIErrorHandler
+
+    class Connection(OpenAIErrorHandler):
+        """A client connection whose end of input ends it only when no request is waiting.
+
+        asyncio closes a connection whose peer sent EOF unless the protocol keeps it open, and
+        aiohttp's does not: a client that sends its request and shuts its sending side got
+        nothing, where llama-server answers it. EOF after a whole request now lets the reply go
+        out; EOF on an idle connection or in the middle of a body still closes it at once. EOF
+        looks the same whether the client half-closed or went away, so a client that went away
+        is seen on the next write: within a token on a stream, at the reply otherwise."""
+
+        __slots__ = ()
+
+        def eof_received(self) -> bool:  # type: ignore[override]  # asyncio's protocol allows it
+            # Judged one turn later, once a request whose head just arrived has its handler.
+            self._loop.call_soon(self._after_eof)
+            return True
+
+        def _after_eof(self) -> None:
+            bodies = [payload for _, payload in self._messages]
+            if self._current_request is not None:
+                bodies.append(self._current_request.content)
+            busy = self._request_in_progress or bool(self._messages)
+            if busy and all(body.is_eof() for body in bodies):
+                self.close()  # no request can follow: the connection ends after the reply
+            else:
+                self.force_close()
+
+    class Server(web.Server):
+        def __call__(self) -> web.RequestHandler:
+            handler = super().__call__()
+            handler.__class__ = Connection  # same slots: only the EOF handling differs
+            return handler
+
+    class Runner(web.AppRunner):
+        __slots__ = ()
+
+        async def _make_server(self) -> web.Server:
+            server = await super()._make_server()
+            server.__class__ = Server
+            return server
+
+    return Runner(app, access_log=None, handler_cancellation=True,
+                  keepalive_timeout=HEADER_TIMEOUT_S, shutdown_timeout=DRAIN_S)
 
 
 def _url_host(host: str) -> str:

@@ -4,17 +4,21 @@ The state has one writer, `_on`, which moves it along `TRANSITIONS` under the lo
 an immutable `Status`; readers (the HTTP front, any thread) take that snapshot without locking.
 Exit is seen by a thread blocked in `wait()`, apart from the thread that relays the output: an
 executor whose grandchild keeps the pipe open is still seen to exit, and its last lines are
-waited for at most `DRAIN_GRACE_S`. Starting and stopping are the pool's (`serve/pool.py`).
+waited for at most `DRAIN_GRACE_S`. Starting, stopping and restarting are the pool's
+(`serve/pool.py`): a supervisor is one process, and a restart is a new supervisor.
 """
 
 from __future__ import annotations
 
 import collections
 import enum
+import os
+import re
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,6 +32,22 @@ if TYPE_CHECKING:
 READY_POLL_S = 0.01
 LOG_TAIL_LINES = 20
 DRAIN_GRACE_S = 0.5  # after exit, how long the last output may take (llama-swap waits the same way)
+
+# llama.cpp's log prefix (`0.00.009.180 E `): time and level. Its level says which lines are
+# errors; lines without it (other executors, an abort, older builds) are read by their words.
+LLAMA_LOG = re.compile(r"^\d+(?:\.\d+){3} ([A-Z]) ")
+TELLING_WORDS = ("error", "fail", "unable", "invalid", "cannot", "can't", "abort", "out of memory",
+                 "assert", "exception", "terminate", "segmentation fault", "fatal", "panic",
+                 "not found", "no such", "denied")
+# Lines that carry such words in passing: requests' logs, slots, the listening banner, a
+# traceback's chaining, a backtrace's frames.
+INFORMATIONAL = ("srv  log_server_r", "srv    log_server_r", "srv  send_error", "srv    send_error",
+                 "srv    operator(): got exception", "srv  update_slots", "srv  params_from_",
+                 "srv    params_from_", "slot ", "que ", "srv  llama_server: listening on",
+                 "main: server is listening", "main: HTTP server is listening",
+                 "During handling of the above exception", "The above exception was the direct")
+BACKTRACE_FRAME = re.compile(r"^#\d+\s|\(\+0x[0-9a-f]+\) \[0x[0-9a-f]+\]$")
+BURST_GAP = 3  # lines between two error lines of one burst
 
 
 class State(enum.Enum):
@@ -81,6 +101,7 @@ class Supervisor:
         self._last_output = time.monotonic()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._nudge: asyncio.Event | None = None  # made when a loop is attached
+        self._on_exit: Callable[[Supervisor], None] | None = None
 
     @property
     def status(self) -> Status:
@@ -121,14 +142,18 @@ class Supervisor:
         threading.Thread(target=self._drain, name="executor-output", daemon=True).start()
         threading.Thread(target=self._wait_exit, name="executor-exit", daemon=True).start()
 
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        """From now on changes are reported on `loop`. (asyncio is imported only here: serve
+    def attach(self, loop: asyncio.AbstractEventLoop,
+               on_exit: Callable[[Supervisor], None] | None = None) -> None:
+        """From now on changes are reported on `loop`, and an exit nobody asked for is handed
+        to `on_exit` there (at once, if it came before). (asyncio is imported only here: serve
         starts the executor before paying for it.)"""
         import asyncio
 
         self._nudge = asyncio.Event()
         with self._lock:
-            self._loop = loop
+            self._loop, self._on_exit = loop, on_exit
+        if on_exit is not None and self.exited and self._status.state is State.FAILED:
+            loop.call_soon(on_exit, self)
 
     def _wake(self) -> None:
         loop, nudge = self._loop, self._nudge
@@ -162,20 +187,27 @@ class Supervisor:
         if self._status.state is not State.STOPPING:
             self._drained.wait(DRAIN_GRACE_S)  # its last lines say why it exited
         self.returncode = rc
-        reason = f"{self.spec.argv[0]} exited with code {rc}"
-        last = self.last_error_line()
-        self._on("exit", f"{reason}: {last}" if last else reason)
+        program = os.path.basename(self.spec.argv[0])  # the route line gave its path
+        unasked = self._on("exit", exit_reason(program, rc, self.telling_line()))
+        unasked = unasked and self._status.state is State.FAILED
         self._gone.set()
         self._wake()
+        with self._lock:
+            loop, on_exit = self._loop, self._on_exit
+        if unasked and loop is not None and on_exit is not None:
+            try:
+                loop.call_soon_threadsafe(on_exit, self)
+            except RuntimeError:  # the loop is already closed: serve is exiting
+                pass
 
-    def last_error_line(self) -> str:
-        """The child's most telling last line: one that says error/fail, else its last line."""
-        lines = [line for line in list(self._tail) if line.strip()]
-        for line in reversed(lines):
-            low = line.lower()
-            if "error" in low or "fail" in low or "invalid" in low or "unable" in low:
-                return line.strip()
-        return lines[-1].strip() if lines else ""
+    @property
+    def tail(self) -> list[str]:
+        """The child's last lines, oldest first."""
+        return list(self._tail)
+
+    def telling_line(self) -> str | None:
+        """The line of the child's last ones that says what went wrong, or None."""
+        return telling_line(self.tail)
 
     async def wait_ready(self, session) -> None:
         """Poll readiness; fail at once on exit, or when the child stalls past the load timeout."""
@@ -226,3 +258,51 @@ class Supervisor:
     def wait_gone(self, timeout: float) -> bool:
         """Block until the process has exited, at most `timeout` seconds."""
         return self._gone.wait(timeout)
+
+
+def telling_line(lines: list[str]) -> str | None:
+    """The line that says what went wrong, or None. Errors come in bursts whose first line is
+    the cause and whose last ones are wrap-ups (`failed to load model`, `exiting due to model
+    loading error`): the first line of the last burst is the one. Informational and indented
+    lines never count (a traceback's frames quote code; its final line is not indented)."""
+    read: list[tuple[str, bool]] = []  # (text, telling) of the lines that count
+    for line in lines:
+        if not line.strip() or line[0].isspace():
+            continue
+        prefix = LLAMA_LOG.match(line)
+        text = line[prefix.end():].strip() if prefix else line.strip()
+        if text.startswith(INFORMATIONAL) or BACKTRACE_FRAME.search(text):
+            continue
+        if prefix:
+            telling = prefix.group(1) == "E"
+        else:
+            low = text.lower()
+            telling = any(word in low for word in TELLING_WORDS)
+        read.append((text, telling))
+    found, gap = None, 0
+    for text, telling in reversed(read):
+        if telling:
+            found, gap = text, 0
+        elif found is not None:
+            gap += 1
+            if gap > BURST_GAP:
+                break
+    return found
+
+
+def exit_reason(program: str, returncode: int, telling: str | None) -> str:
+    """One line: how the executor ended (its code, or the signal that killed it) and the line
+    that says why; without one, where to look."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "a signal"
+        how = f"{program} was killed by {name} (signal {-returncode})"
+        if -returncode == signal.SIGKILL:
+            how += ", as the kernel's OOM killer or `kill -9` does"
+    else:
+        how = f"{program} exited with code {returncode}"
+    if telling:
+        return f"{how}: {telling}"
+    return f"{how}; no line of its output says why (its log is above)"

@@ -14,12 +14,17 @@ the launcher must set, so tests can check them end to end.
 Misbehaviours real executors have, for serve's lifecycle tests, by environment variable:
 `STANDIN_GRANDCHILD=1` starts a process in its own session that keeps the output pipe open (as a
 helper daemon would) and prints `grandchild PID`; `STANDIN_EXIT=N` then exits with code N before
-listening; `STANDIN_IGNORE_TERM=1` ignores SIGTERM.
+listening, its error line followed by informational lines as llama-server's are;
+`STANDIN_EXIT_IF=PATH` does so with code 1 when PATH exists (an executor that cannot come back);
+`STANDIN_IGNORE_TERM=1` ignores SIGTERM; `STANDIN_DIE_ON_REQUEST=1` logs a slot line and SIGKILLs
+itself on a chat request (as the OOM killer would); `STANDIN_STREAM_FOREVER=1` sends a stream's
+first event and then nothing, never ending it.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
@@ -34,9 +39,16 @@ def misbehave() -> None:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                                  stdin=subprocess.DEVNULL, start_new_session=True)
         print(f"grandchild {child.pid}", flush=True)
-    if os.environ.get("STANDIN_EXIT"):
+    code = os.environ.get("STANDIN_EXIT")
+    marker = os.environ.get("STANDIN_EXIT_IF")
+    if marker and os.path.exists(marker):
+        code = "1"
+    if code:
         print("error: the stand-in fails on purpose", flush=True)
-        sys.exit(int(os.environ["STANDIN_EXIT"]))
+        print("srv    operator(): operator(): cleaning up before exit...", flush=True)
+        print("main: server is listening on http://127.0.0.1:0 - starting the main loop",
+              flush=True)
+        sys.exit(int(code))
     if os.environ.get("STANDIN_IGNORE_TERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
@@ -84,6 +96,9 @@ def main() -> None:
             return web.json_response(
                 {"error": {"message": "unknown field: model", "type": "invalid_request_error",
                            "code": 400}}, status=400)
+        if os.environ.get("STANDIN_DIE_ON_REQUEST") == "1":
+            print("slot launch_slot_: id  0 | task 0 | processing task", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
         words = ["hello", " from", f" {flavour}"]
         plain = reply(body, "".join(words), body.get("stream", False))
         if plain is not None:
@@ -95,6 +110,8 @@ def main() -> None:
                      "system_fingerprint": json.dumps(seen),
                      "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]}
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            if os.environ.get("STANDIN_STREAM_FOREVER") == "1":
+                await asyncio.Event().wait()
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
