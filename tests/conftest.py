@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,6 +40,35 @@ def http(method: str, url: str, body: bytes | dict | None = None, headers: dict 
             return resp.status, resp.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
+
+
+def hf_layout(cache: Path, repo: str, relpath: str, data: bytes | Path, rev: str = "c0ffee",
+              blob_name: str = "abc123") -> Path:
+    """A file in an HF cache as Lemonade's own pull leaves it: a regular blob and a link."""
+    folder = cache / ("models--" + repo.replace("/", "--"))
+    blob = folder / "blobs" / blob_name
+    link = folder / "snapshots" / rev / relpath
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, Path):
+        shutil.copyfile(data, blob)
+    else:
+        blob.write_bytes(data)
+    link.symlink_to(os.path.relpath(blob, link.parent))
+    (folder / "refs").mkdir(exist_ok=True)
+    (folder / "refs" / "main").write_text(rev)
+    return link
+
+
+def wait_for(predicate, what: str, timeout: float = 30):
+    """`predicate()`'s first true value, polled every 20 ms; fails the test after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.02)
+    pytest.fail(f"never saw {what}")
 
 
 class Serve:

@@ -16,8 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import psutil
-import pytest
-from conftest import http, sse_events
+from conftest import http, sse_events, wait_for
 
 from lemonade_onebit.serve import laya
 
@@ -164,16 +163,6 @@ def _laya_serve(start_serve, tmp_path: Path, smollm2: Path, lazy: str, *args: st
         **(env or {})})
 
 
-def _wait_for(predicate, what: str, timeout: float = 30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.02)
-    pytest.fail(f"never saw {what}")
-
-
 def _gone(pid: int, timeout: float = 5) -> bool:
     try:
         proc = psutil.Process(pid)
@@ -204,7 +193,7 @@ def test_serve_stopping_mid_start_stops_the_starting_executor(start_serve, tmp_p
     starting = _script(tmp_path, "starting-llama-server", "sleep 600")
     serve = _laya_serve(start_serve, tmp_path, smollm2, starting).wait_ready()
     threading.Thread(target=_swallow, args=(chat, serve.url, HI), daemon=True).start()
-    sleeper = _wait_for(lambda: next((p for p in serve.children() if p.name() == "sleep"), None),
+    sleeper = wait_for(lambda: next((p for p in serve.children() if p.name() == "sleep"), None),
                         "the starting executor")
     serve.proc.send_signal(signal.SIGTERM)
     assert serve.wait_exit(10) == 0
@@ -235,7 +224,7 @@ def _ask_and_leave(serve, launches) -> None:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                      b"Content-Type: application/json\r\nContent-Length: "
                      + str(len(body)).encode() + b"\r\n\r\n" + body)
-        _wait_for(launches.exists, "the start of cpu")
+        wait_for(launches.exists, "the start of cpu")
 
 
 def test_a_device_found_unusable_is_not_started_again_for_earlier_conversations(
@@ -290,7 +279,7 @@ def test_health_answers_while_a_decision_asks_vulkaninfo(start_serve, tmp_path, 
                               daemon=True)
     asking.start()
     try:
-        _wait_for(asked.exists, "the decision ask vulkaninfo")
+        wait_for(asked.exists, "the decision ask vulkaninfo")
         started = time.monotonic()
         status = serve.health()  # None when it does not answer within 2 s
         took = time.monotonic() - started
@@ -331,7 +320,7 @@ def _health(serve) -> dict:
 
 def _lazy(serve) -> psutil.Process:
     """The cpu backend's executor (the llama-server stand-in)."""
-    return _wait_for(lambda: next((p for p in serve.children()
+    return wait_for(lambda: next((p for p in serve.children()
                                    if "llama-server" in " ".join(p.cmdline())), None),
                      "the cpu executor")
 
@@ -342,7 +331,7 @@ def test_a_killed_lazy_backend_is_restarted_for_its_conversation(start_serve, tm
     assert _route(chat(serve.url, HI)[1]) == "cpu"
     first = _lazy(serve)
     first.kill()
-    _wait_for(lambda: _health(serve)["backends"]["cpu"] == "restarting", "cpu restarting")
+    wait_for(lambda: _health(serve)["backends"]["cpu"] == "restarting", "cpu restarting")
     status, headers, raw = chat(serve.url, HI)
     assert status == 200 and _route(headers) == "cpu"
     assert json.loads(raw)["choices"][0]["message"]["content"] == "hello from llama-server"
@@ -363,7 +352,7 @@ def test_a_lazy_backend_that_cannot_come_back_sends_old_and_new_conversations_to
     assert _health(serve) == {"status": "ok", "backends": {"ds4": "ready", "cpu": "ready"}}
     broken.touch()
     _lazy(serve).kill()
-    _wait_for(lambda: _health(serve)["backends"]["cpu"] == "restarting", "cpu restarting")
+    wait_for(lambda: _health(serve)["backends"]["cpu"] == "restarting", "cpu restarting")
     status, headers, raw = chat(serve.url, HI)  # decided for cpu: waits, then falls back
     assert status == 200 and _route(headers) == "ds4"
     assert json.loads(raw)["choices"][0]["message"]["content"] == "hello from ds4"

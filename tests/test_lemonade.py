@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BIN, ONEBIT, free_port, http, sse_events
+from conftest import BIN, ONEBIT, free_port, hf_layout, http, sse_events
 
 sys.path.insert(0, str(Path(__file__).parent / "standins"))
 from hubserver import Hub  # noqa: E402
@@ -238,17 +238,9 @@ def test_lemonades_own_errors_and_no_lemonade_are_reported(lemond, state):
 def test_a_file_1bit_pull_downloaded_is_linked_into_lemonades_cache(lemond, state, tmp_path,
                                                                     smollm2):
     """Our HF cache and Lemonade's differ: register links the pulled file across, no copy."""
-    import shutil
-
-    ours = tmp_path / "our-hub" / "models--unsloth--Qwen3-0.6B-GGUF"
-    blob = ours / "blobs" / ("0" * 64)
-    link = ours / "snapshots" / ("1" * 40) / "Qwen3-0.6B-Q4_K_M.gguf"
-    blob.parent.mkdir(parents=True)
-    link.parent.mkdir(parents=True)
-    shutil.copyfile(smollm2, blob)
-    link.symlink_to(os.path.relpath(blob, link.parent))
-    (ours / "refs").mkdir()
-    (ours / "refs" / "main").write_text("1" * 40)
+    link = hf_layout(tmp_path / "our-hub", "unsloth/Qwen3-0.6B-GGUF", "Qwen3-0.6B-Q4_K_M.gguf",
+                     smollm2, rev="1" * 40, blob_name="0" * 64)
+    blob = link.resolve()
     env = state  # HF_HUB_CACHE: tmp_path/our-hub
     out = register(lemond, env, "--only", "Qwen3-0.6B-1bit")
     assert out.returncode == 0, out.stderr
@@ -266,19 +258,11 @@ def test_a_file_1bit_pull_downloaded_is_linked_into_lemonades_cache(lemond, stat
 def test_a_shared_cache_keeps_the_users_files_on_unregister(tmp_path, state, smollm2):
     """Lemonade's cache is ours (the default when neither sets HF_*): register links nothing, and
     unregister must not have Lemonade delete what the user pulled."""
-    import shutil
-
     lemond = Lemond(tmp_path / "lemond")
     try:
-        pulled = lemond.hf_cache / "models--unsloth--Qwen3-0.6B-GGUF"
-        blob = pulled / "blobs" / ("2" * 64)
-        link = pulled / "snapshots" / ("3" * 40) / "Qwen3-0.6B-Q4_K_M.gguf"
-        blob.parent.mkdir(parents=True)
-        link.parent.mkdir(parents=True)
-        shutil.copyfile(smollm2, blob)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-        (pulled / "refs").mkdir()
-        (pulled / "refs" / "main").write_text("3" * 40)
+        link = hf_layout(lemond.hf_cache, "unsloth/Qwen3-0.6B-GGUF", "Qwen3-0.6B-Q4_K_M.gguf",
+                         smollm2, rev="3" * 40, blob_name="2" * 64)
+        blob = link.resolve()
         env = {**state, "HF_HUB_CACHE": str(lemond.hf_cache)}
         out = register(lemond, env, "--only", "Qwen3-0.6B-1bit")
         assert out.returncode == 0, out.stderr

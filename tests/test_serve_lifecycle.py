@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import http, sse_events
+from conftest import http, sse_events, wait_for
 
 from lemonade_onebit.serve import process
 
@@ -158,16 +158,6 @@ def test_sigkill_of_serve_mid_request_leaves_no_orphan(start_serve, smollm2):
 HI = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
-def _wait_for(predicate, what: str, timeout: float = 30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.02)
-    pytest.fail(f"never saw {what}")
-
-
 def _stream(url: str):
     """A LONG stream, open, with its first event read."""
     req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(LONG).encode(),
@@ -187,7 +177,7 @@ def test_a_killed_executor_is_logged_and_restarted_for_the_next_request(start_se
         rest = resp.read()
     error = json.loads(sse_events(first + rest)[-1])["error"]
     assert error["type"] == "server_error" and "executor failed" in error["message"]
-    _wait_for(lambda: serve.health() == 503, "serve notice the death")
+    wait_for(lambda: serve.health() == 503, "serve notice the death")
     status, raw = http("POST", serve.url + "/v1/chat/completions", HI)
     assert status == 200, raw  # it waited for the restart
     assert _executor(serve).pid != child.pid
@@ -212,7 +202,7 @@ def test_requests_wait_for_a_restart_and_health_says_restarting(start_serve, tmp
                     f'exec "{llama_server}" "$@"')
     serve = start_serve("-m", str(smollm2), "--llama-server", gated).wait_ready()
     _executor(serve).kill()
-    _wait_for(lambda: len(launches.read_text().split()) == 2, "the restart begin")
+    wait_for(lambda: len(launches.read_text().split()) == 2, "the restart begin")
     status, raw = http("GET", serve.url + "/health")
     health = json.loads(raw)
     assert status == 503 and health["status"] == "restarting"
@@ -223,7 +213,7 @@ def test_requests_wait_for_a_restart_and_health_says_restarting(start_serve, tmp
         daemon=True)
     asking.start()
     serve_proc = psutil.Process(serve.proc.pid)
-    _wait_for(lambda: any(c.laddr.port == serve.port and c.status == psutil.CONN_ESTABLISHED
+    wait_for(lambda: any(c.laddr.port == serve.port and c.status == psutil.CONN_ESTABLISHED
                           for c in serve_proc.net_connections("tcp")), "the request arrive")
     gate.touch()
     asking.join(60)
@@ -279,7 +269,7 @@ def test_requests_during_shutdown_get_503_and_no_connection_is_accepted(start_se
     assert ask("GET", "/health")[0] == 200
     started = time.monotonic()
     serve.proc.send_signal(signal.SIGTERM)
-    _wait_for(lambda: ask("GET", "/health") == (503, {"status": "stopping"}),
+    wait_for(lambda: ask("GET", "/health") == (503, {"status": "stopping"}),
               "health say stopping")
     status, body = ask("POST", "/v1/chat/completions", HI)
     assert status == 503

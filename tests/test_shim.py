@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import BIN, free_port, http, sse_events
+from conftest import BIN, free_port, hf_layout, http, sse_events
 
 SHIM = str(BIN / "onebit-llama-server-cpu")
 
@@ -125,24 +125,6 @@ def test_version_prints_what_lemonade_parses():
     assert out.returncode == 0
     assert any(line.startswith("version: ") and line.split()[1].isdigit()
                for line in (out.stdout + out.stderr).splitlines())
-
-
-def hf_layout(cache: Path, repo: str, relpath: str, data: bytes | Path, rev: str = "c0ffee",
-              blob_name: str = "abc123") -> Path:
-    """A file in an HF cache as Lemonade's own pull leaves it: a regular blob and a link."""
-    folder = cache / ("models--" + repo.replace("/", "--"))
-    blob = folder / "blobs" / blob_name
-    link = folder / "snapshots" / rev / relpath
-    blob.parent.mkdir(parents=True, exist_ok=True)
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, Path):
-        shutil.copyfile(data, blob)
-    else:
-        blob.write_bytes(data)
-    link.symlink_to(os.path.relpath(blob, link.parent))
-    (folder / "refs").mkdir(exist_ok=True)
-    (folder / "refs" / "main").write_text(rev)
-    return link
 
 
 def test_a_catalog_file_is_recognised_wherever_it_lies(tmp_path, monkeypatch, smollm2):
