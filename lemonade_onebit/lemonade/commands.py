@@ -63,9 +63,7 @@ class LemonadeClient:
                            f"{raw[:120].decode(errors='replace')}") from None
 
     def model_ids(self) -> set[str]:
-        listing = self.call("GET", "/api/v1/models?show_all=true")
-        data = listing.get("data") if isinstance(listing, dict) else None
-        return {m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)}
+        return set(self.models())
 
     def models(self) -> dict[str, dict]:
         listing = self.call("GET", "/api/v1/models?show_all=true")
