@@ -8,21 +8,46 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# Options that only some routes honour, by ServeConfig field, with the flag the user typed.
-ROUTE_OPTIONS = {
-    "ctx_size": "--ctx-size",
-    "flash_attn": "--flash-attn",
-    "parallel": "--parallel",
-    "mtp": "--mtp",
-    "mtp_max": "--mtp-max",
-    "mtp_p_min": "--mtp-p-min",
-    "dflash": "--dflash",
-    "mmproj": "--mmproj",
-    "lean": "--lean",
-    "embedding": "--embedding",
-    "reranking": "--reranking",
-    "hrx_libhsa": "--hrx-libhsa",
-}
+
+@dataclass(frozen=True)
+class RouteOption:
+    """A `1bit serve` option that only some routes honour: plain data that the command line, its
+    `--help`, the validation and the refusals read. The built-in ones are below; a launcher
+    declares its own in `LauncherInfo.own_options`, and they reach it through
+    `ServeConfig.option(name)`."""
+
+    name: str  # its key: a ServeConfig field for a built-in, else a key of ServeConfig.values
+    flags: tuple[str, ...]  # its spellings on `1bit serve`; the last is the one messages quote
+    help: str
+    kind: str = "text"  # text | count (a whole number > 0) | probability | switch | choice
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+
+    @property
+    def flag(self) -> str:
+        return self.flags[-1]
+
+
+KINDS = ("text", "count", "probability", "switch", "choice")
+
+BUILTIN_OPTIONS = (
+    RouteOption("ctx_size", ("-c", "--ctx-size"), "context size", "count", "N"),
+    RouteOption("flash_attn", ("-fa", "--flash-attn"), "flash attention", "choice",
+                choices=("on", "off", "auto")),
+    RouteOption("lean", ("--lean",), "ROCmFP4/ROCmI4/H32 files", "switch"),
+    RouteOption("parallel", ("--parallel",), "parallel request slots", "count", "N"),
+    RouteOption("mtp", ("--mtp",), "multi-token-prediction head", metavar="HEAD.gguf"),
+    RouteOption("dflash", ("--dflash",), "DFlash draft model", metavar="DRAFT.gguf"),
+    RouteOption("mtp_max", ("--mtp-max",), "most tokens drafted", "count", "N"),
+    RouteOption("mtp_p_min", ("--mtp-p-min",), "least draft probability", "probability", "P"),
+    RouteOption("mmproj", ("--mmproj",), "multimodal projector", metavar="F"),
+    RouteOption("embedding", ("--embedding",), "serve /v1/embeddings", "switch"),
+    RouteOption("reranking", ("--reranking",), "serve /v1/rerank", "switch"),
+    RouteOption("hrx_libhsa", ("--hrx-libhsa",), "libhsa for the HRX route", metavar="PATH"),
+)
+
+# Built-in route options by ServeConfig field, with the flag messages quote.
+ROUTE_OPTIONS = {option.name: option.flag for option in BUILTIN_OPTIONS}
 
 
 @dataclass(frozen=True)
@@ -55,11 +80,18 @@ class ServeConfig:
     load_timeout: float = 600.0
     executor_timeout: float = 600.0
     max_body: int = 16 * 1024 * 1024
+    # Values of the route options launchers declare themselves: ((name, value), ...).
+    values: tuple[tuple[str, object], ...] = ()
 
     def executor_path(self, flag: str | None) -> str | None:
         return next((path for f, path in self.executors if f == flag), None) if flag else None
 
+    def option(self, name: str):
+        """A route option's value, built-in or declared by a launcher (None when not given)."""
+        if name in ROUTE_OPTIONS:
+            return getattr(self, name)
+        return next((value for key, value in self.values if key == name), None)
+
     def given(self, name: str) -> bool:
         """Whether the user set a route option (a flag, or a value other than its default)."""
-        value = getattr(self, name)
-        return value not in (None, False)
+        return self.option(name) not in (None, False)

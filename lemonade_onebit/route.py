@@ -50,8 +50,10 @@ def choose_launcher(
     return best, why
 
 
-def refusals(config: ServeConfig, launcher: type[Launcher]) -> list[str]:
-    """Every option the chosen route cannot honour, each with its reason."""
+def refusals(config: ServeConfig, launcher: type[Launcher],
+             registered: tuple[type[Launcher], ...] = ()) -> list[str]:
+    """Every option the chosen route cannot honour, each with its reason (`registered` names the
+    options other launchers declare)."""
     info = launcher.info
     out = []
     if config.mtp and config.dflash:
@@ -65,12 +67,13 @@ def refusals(config: ServeConfig, launcher: type[Launcher]) -> list[str]:
         out.append("--recipes and --no-recipes: pick one")
     if config.embedding and config.reranking:
         out.append("--embedding and --reranking: pick one")
-    for name, flag in ROUTE_OPTIONS.items():
+    declared = {o.name: o.flag for cls in registered for o in cls.info.own_options}
+    for name, flag in (ROUTE_OPTIONS | declared).items():
         if not config.given(name):
             continue
         if name in info.refusals:
             out.append(f"{flag}: {info.refusals[name]}")
-        elif name not in info.options:
+        elif not info.honours(name):
             out.append(f"{flag} is not supported on the {info.device} route")
     for flag, _ in config.executors:
         if flag != info.executor_flag:
@@ -78,7 +81,8 @@ def refusals(config: ServeConfig, launcher: type[Launcher]) -> list[str]:
     return out
 
 
-def check_route(config: ServeConfig, launcher: type[Launcher]) -> None:
-    problems = refusals(config, launcher)
+def check_route(config: ServeConfig, launcher: type[Launcher],
+                registered: tuple[type[Launcher], ...] = ()) -> None:
+    problems = refusals(config, launcher, registered)
     if problems:
         raise UsageError("; ".join(problems))

@@ -6,6 +6,7 @@ small plugin package that adds one of each, including a device with its own exec
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -48,22 +49,28 @@ EXTRA = {
         from pathlib import Path
 
         from lemonade_onebit.backends.base import Launcher, LauncherInfo
+        from lemonade_onebit.config import RouteOption
 
 
         class ExtraLauncher(Launcher):
-            # A device of its own whose executor speaks the llama-server command line.
+            # A device of its own whose executor speaks the llama-server command line, with a
+            # route option of its own.
 
             info = LauncherInfo(name="extra", device="extra", model_kinds=frozenset({"gguf"}),
                                 executor="extra-server", executor_env="ONEBIT_EXTRA",
                                 executor_flag="--extra-server", summary="the extra chip's server",
                                 options=frozenset({"ctx_size"}), needs=("extra-chip",),
-                                auto_kinds=frozenset(), auto_rank=-1)
+                                own_options=(RouteOption("extra_lanes", ("--extra-lanes",),
+                                                         "lanes of the extra chip", "count"),),
+                                llama_server_api=True, auto_kinds=frozenset(), auto_rank=-1)
 
             def argv(self, executor, model, port, config):
                 argv = [executor, "-m", str(model.path), "--host", "127.0.0.1", "--port",
                         str(port), "--device", "none"]
                 if config.ctx_size is not None:
                     argv += ["-c", str(config.ctx_size)]
+                if config.option("extra_lanes"):
+                    argv += ["--parallel", str(config.option("extra_lanes"))]
                 return argv + list(config.extra_args)
 
 
@@ -174,12 +181,14 @@ def test_a_plugin_device_with_its_own_executor_flag_serves_a_chat(installed, tmp
     help_text = run_installed(installed, tmp_path, ["serve", "--help"], stdout=subprocess.PIPE,
                               text=True).communicate(timeout=60)[0]
     assert "--extra-server PATH" in help_text and "the extra chip's server" in help_text
+    assert re.search(r"--extra-lanes N\s+lanes of the extra chip \(extra\)", help_text)
     port = free_port()
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
         proc = run_installed(installed, tmp_path, [
             "serve", "-m", str(smollm2), "--device", "extra", "--extra-server", llama_server,
-            "--port", str(port), "-c", "2048"], stdout=out, stderr=subprocess.STDOUT)
+            "--port", str(port), "-c", "2048", "--extra-lanes", "3"], stdout=out,
+            stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(600):
@@ -202,12 +211,16 @@ def test_a_plugin_device_with_its_own_executor_flag_serves_a_chat(installed, tmp
         models = json.loads(http("GET", url + "/v1/models")[1])["data"]
         assert models[0]["device"] == "extra"
         assert f"on extra ({llama_server})" in log.read_text()
-        # A route option the plugin's route does not declare is refused with the reason.
-        refused = run_installed(installed, tmp_path, [
-            "serve", "-m", str(smollm2), "--device", "extra", "--extra-server", llama_server,
-            "--parallel", "2"], stderr=subprocess.PIPE, text=True)
-        assert refused.wait(timeout=60) == 2
-        assert "--parallel is not supported on the extra route" in refused.stderr.read()
+        # The plugin's own option reached its executor: three slots.
+        assert json.loads(http("GET", url + "/props")[1])["total_slots"] == 3
+        # A route option the plugin's route does not declare is refused with the reason, and
+        # so is the plugin's option on a route that does not declare it.
+        for device, option, value in (("extra", "--parallel", "2"), ("cpu", "--extra-lanes", "2")):
+            refused = run_installed(installed, tmp_path, [
+                "serve", "-m", str(smollm2), "--device", device, "--extra-server", llama_server,
+                option, value], stderr=subprocess.PIPE, text=True)
+            assert refused.wait(timeout=60) == 2
+            assert f"{option} is not supported on the {device} route" in refused.stderr.read()
     finally:
         proc.terminate()
         proc.wait(timeout=10)

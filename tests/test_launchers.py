@@ -119,3 +119,56 @@ def test_executor_lookup_order(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(RunError, match="pass --llama-server PATH"):
         resolve_executor(launcher, ServeConfig(model="m"))
+
+
+def _declaring(*options):
+    from dataclasses import replace
+
+    class Declaring(CpuLauncher):
+        info = replace(CpuLauncher.info, name="declaring", device="declaring",
+                       own_options=options)
+
+    return Declaring
+
+
+@pytest.mark.parametrize("option, clash", [
+    (("ctx2", ("-c",), "a second -c"), "clashes with -c"),
+    (("ctx_size", ("--ctx-two",), "a second ctx_size"), "clashes with ctx_size"),
+    (("odd", ("--odd",), "odd", "fraction"), "unknown kind 'fraction'"),
+])
+def test_a_launcher_option_that_clashes_is_refused_with_who_declared_it(monkeypatch, option,
+                                                                         clash):
+    from lemonade_onebit.config import RouteOption
+    from lemonade_onebit.serve import options
+
+    monkeypatch.setattr(options, "_registry", lambda: (CpuLauncher, _declaring(RouteOption(*option))))
+    with pytest.raises(UsageError, match=f"declaring launcher .* {clash}.*uninstall"):
+        options.route_options()
+
+
+def test_a_launcher_option_on_a_serve_flag_is_refused(monkeypatch):
+    import argparse
+
+    from lemonade_onebit.config import RouteOption
+    from lemonade_onebit.serve import options
+
+    monkeypatch.setattr(options, "_registry",
+                        lambda: (CpuLauncher, _declaring(RouteOption("key", ("--api-key",), "k"))))
+    with pytest.raises(UsageError, match="clashes with one of serve's own flags"):
+        options.add_serve_arguments(argparse.ArgumentParser())
+
+
+def test_a_launcher_option_reaches_only_its_route(monkeypatch):
+    from lemonade_onebit.config import RouteOption
+    from lemonade_onebit.serve import options
+
+    declaring = _declaring(RouteOption("lanes", ("--lanes",), "lanes", "count"))
+    monkeypatch.setattr(options, "_registry", lambda: (CpuLauncher, declaring))
+    config = options.parse_serve_args("m.gguf", ["--lanes", "4"])
+    assert config.option("lanes") == 4 and config.given("lanes")
+    assert refusals(config, declaring, (CpuLauncher, declaring)) == []
+    assert refusals(config, CpuLauncher, (CpuLauncher, declaring)) == [
+        "--lanes is not supported on the cpu route"]
+    assert not options.parse_serve_args("m.gguf", []).given("lanes")
+    with pytest.raises(UsageError, match="'0' must be greater than 0"):
+        options.parse_serve_args("m.gguf", ["--lanes", "0"])

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from lemonade_onebit.config import ServeConfig
+from lemonade_onebit.config import RouteOption, ServeConfig
 from lemonade_onebit.modelref import ModelRef
 
 
@@ -28,7 +28,8 @@ class LauncherInfo:
     executor_flag: str | None = None  # `1bit serve` flag naming the executor's path
     summary: str = ""  # what runs, in a few words (--help, the README's route table)
     readiness: str = "/health"  # path polled until it answers 200
-    options: frozenset[str] = frozenset()  # ROUTE_OPTIONS fields this route honours
+    options: frozenset[str] = frozenset()  # built-in route options (config.ROUTE_OPTIONS) it honours
+    own_options: tuple[RouteOption, ...] = ()  # route options it declares itself, and honours
     refusals: Mapping[str, str] = field(default_factory=dict)  # field -> why the route refuses it
     llama_server_api: bool = False  # relays /tokenize, /slots, /props, /metrics, ...
     auth_env: str | None = None  # the executor's API-key variable: its private port answers only to serve
@@ -36,6 +37,9 @@ class LauncherInfo:
     auto_rank: int = 0  # higher wins under --device auto
     auto_kinds: frozenset[str] | None = None  # kinds auto may pick it for (None: model_kinds)
     needs: tuple[str, ...] = ()  # device kinds (devices.py), any of which makes it available
+
+    def honours(self, name: str) -> bool:
+        return name in self.options or any(o.name == name for o in self.own_options)
 
     def auto_for(self, kind: str) -> bool:
         return kind in (self.model_kinds if self.auto_kinds is None else self.auto_kinds)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from lemonade_onebit.config import ROUTE_OPTIONS, ServeConfig
+from lemonade_onebit.config import BUILTIN_OPTIONS, KINDS, ROUTE_OPTIONS, RouteOption, ServeConfig
 from lemonade_onebit.errors import UsageError
 
 
@@ -32,30 +32,41 @@ port_number = number(int, "a whole number", lambda v: 0 < v <= 65535, "is not a 
 probability = number(float, "a number", lambda v: 0.0 <= v <= 1.0, "must be between 0 and 1")
 seconds = number(float, "a number of seconds", lambda v: v > 0, "must be greater than 0")
 
-# Route options: (flags, argparse keywords, what it is). Which routes honour each is added from
-# the registry.
-_ROUTE_ARGS: dict[str, tuple[tuple[str, ...], dict, str]] = {
-    "ctx_size": (("-c", "--ctx-size"), {"type": positive_int, "metavar": "N"}, "context size"),
-    "flash_attn": (("-fa", "--flash-attn"), {"choices": ("on", "off", "auto")}, "flash attention"),
-    "lean": (("--lean",), {"action": "store_true"}, "ROCmFP4/ROCmI4/H32 files"),
-    "parallel": (("--parallel",), {"type": positive_int, "metavar": "N"}, "parallel request slots"),
-    "mtp": (("--mtp",), {"metavar": "HEAD.gguf"}, "multi-token-prediction head"),
-    "dflash": (("--dflash",), {"metavar": "DRAFT.gguf"}, "DFlash draft model"),
-    "mtp_max": (("--mtp-max",), {"type": positive_int, "metavar": "N"}, "most tokens drafted"),
-    "mtp_p_min": (("--mtp-p-min",), {"type": probability, "metavar": "P"},
-                  "least draft probability"),
-    "mmproj": (("--mmproj",), {"metavar": "F"}, "multimodal projector"),
-    "embedding": (("--embedding",), {"action": "store_true"}, "serve /v1/embeddings"),
-    "reranking": (("--reranking",), {"action": "store_true"}, "serve /v1/rerank"),
-    "hrx_libhsa": (("--hrx-libhsa",), {"metavar": "PATH"}, "libhsa for the HRX route"),
-}
-assert set(_ROUTE_ARGS) == set(ROUTE_OPTIONS)
-
 
 def _registry():
     from lemonade_onebit.backends import launchers
 
     return launchers()
+
+
+def route_options() -> tuple[RouteOption, ...]:
+    """The built-in route options, then those the installed launchers declare, each once."""
+    options = {o.name: o for o in BUILTIN_OPTIONS}
+    flags = {flag: o.name for o in BUILTIN_OPTIONS for flag in o.flags}
+    for cls in _registry():
+        for option in cls.info.own_options:
+            if options.get(option.name) == option:
+                continue  # two launchers sharing one declaration
+            taken = [f for f in option.flags if f in flags]
+            if option.name in options or taken or option.kind not in KINDS:
+                raise UsageError(
+                    f"the {cls.info.name} launcher declares the route option {option.name} "
+                    f"({', '.join(option.flags)}), which "
+                    + (f"has an unknown kind {option.kind!r}" if option.kind not in KINDS else
+                       f"clashes with {', '.join(taken) or option.name}")
+                    + "; update or uninstall the package that provides it")
+            options[option.name] = option
+            flags.update(dict.fromkeys(option.flags, option.name))
+    return tuple(options.values())
+
+
+_KIND_ARGS = {
+    "text": lambda o: {"metavar": o.metavar or "VALUE"},
+    "count": lambda o: {"type": positive_int, "metavar": o.metavar or "N"},
+    "probability": lambda o: {"type": probability, "metavar": o.metavar or "P"},
+    "switch": lambda o: {"action": "store_true"},
+    "choice": lambda o: {"choices": o.choices},
+}
 
 
 def executor_flags() -> dict[str, list]:
@@ -86,11 +97,6 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
         g.add_argument(flag, metavar="PATH", dest=_dest(flag), default=None,
                        help=f"{infos[0].executor} for the {', '.join(i.device for i in infos)} "
                        f"route{'s' if len(infos) > 1 else ''} (${', $'.join(env)})")
-    r = s.add_argument_group("route options (a route that cannot honour one refuses it)")
-    for name, (flags, kw, what) in _ROUTE_ARGS.items():
-        honour = [cls.info.device for cls in routes if name in cls.info.options]
-        r.add_argument(*flags, dest=name, help=f"{what} ({', '.join(honour) or 'no route here'})",
-                       **kw)
     s.add_argument("--laya", action="store_true", help="route each conversation by its class")
     s.add_argument("--route-policy", metavar="FILE", help="Laya policy file")
     s.add_argument("--recipes", metavar="FILE", help="use this recipe file instead of the shipped set")
@@ -102,6 +108,18 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
                    help="answer 502 when the executor sends nothing for S seconds (600)")
     s.add_argument("--max-body-mb", type=positive_int, default=16, metavar="N",
                    help="largest request body accepted, in MiB (16)")
+    # Last, so an option a launcher declares cannot take one of serve's own flags.
+    r = s.add_argument_group("route options (a route that cannot honour one refuses it)")
+    for option in route_options():
+        honour = [cls.info.device for cls in routes if cls.info.honours(option.name)]
+        try:
+            r.add_argument(*option.flags, dest=_option_dest(option.name),
+                           help=f"{option.help} ({', '.join(honour) or 'no route here'})",
+                           **_KIND_ARGS[option.kind](option))
+        except argparse.ArgumentError as exc:
+            raise UsageError(f"the route option {option.name} that the {', '.join(honour)} "
+                             f"launcher declares clashes with one of serve's own flags ({exc}); "
+                             "update or uninstall the package that provides it") from None
     s.epilog = "routes:\n" + "\n".join(
         f"  {cls.info.device:<8} {', '.join(sorted(cls.info.model_kinds))}: {cls.info.summary}"
         for cls in routes)
@@ -112,12 +130,19 @@ def _dest(flag: str) -> str:
     return "executor:" + flag
 
 
+def _option_dest(name: str) -> str:
+    return name if name in ROUTE_OPTIONS else "option:" + name
+
+
 def serve_config(ns: argparse.Namespace, extra: list[str]) -> ServeConfig:
     executors = tuple((flag, getattr(ns, _dest(flag))) for flag in executor_flags()
                       if getattr(ns, _dest(flag), None))
     return ServeConfig(
         model=ns.model, port=ns.port, host=ns.host, device=ns.device, alias=ns.alias,
         executors=executors, **{name: getattr(ns, name) for name in ROUTE_OPTIONS},
+        values=tuple((o.name, getattr(ns, _option_dest(o.name))) for o in route_options()
+                     if o.name not in ROUTE_OPTIONS and getattr(ns, _option_dest(o.name))
+                     not in (None, False)),
         laya=ns.laya, route_policy=ns.route_policy, recipes=ns.recipes,
         no_recipes=ns.no_recipes, api_key=ns.api_key, extra_args=tuple(extra),
         load_timeout=ns.load_timeout, executor_timeout=ns.executor_timeout,

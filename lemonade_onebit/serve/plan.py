@@ -94,7 +94,7 @@ def plan(config: ServeConfig, say=log) -> Plan:
         if forced:
             say(forced)
     launcher_cls, why = choose_launcher(model.kind, config.device, launchers())
-    check_route(config, launcher_cls)
+    check_route(config, launcher_cls, launchers())
     launcher = launcher_cls()
     if config.device != "auto" and not launcher.available():
         if not explicit_executor(launcher, config):
