@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
+from contextlib import closing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from overhead import free_port, wait_health  # noqa: E402
 
+from lemonade_onebit import httpclient  # noqa: E402
 from lemonade_onebit.bench.common import exit_on_sigterm, start, stop  # noqa: E402
 
 PROMPT = [{"role": "user", "content": "Explain how a B-tree insert works, step by step."}]
@@ -48,10 +49,10 @@ def plain(og, model, tokenizer, n: int) -> float:
 def served(url: str, n: int) -> tuple[float, float]:
     body = json.dumps({"messages": PROMPT, "max_tokens": n, "temperature": 0, "stream": True,
                        "ignore_eos": True}).encode()
-    req = urllib.request.Request(url + "/v1/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
     stamps, timings = [], None
-    with urllib.request.urlopen(req) as resp:
+    conn, resp = httpclient.open_response("POST", url + "/v1/chat/completions", body,
+                                          {"Content-Type": "application/json"}, timeout=600)
+    with closing(conn):
         for line in resp:
             if not line.startswith(b"data: {"):
                 continue

@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
+from lemonade_onebit import httpclient
 from lemonade_onebit.errors import RunError, UsageError
 from lemonade_onebit.portable import try_lock
 
 # Every request: no prompt cache, no thinking, so configs and runs compare.
 COMMON = {"cache_prompt": False, "chat_template_kwargs": {"enable_thinking": False}}
 # The errors a run can end in; each stops the bench with the config's log.
-RUN_ERRORS = (urllib.error.URLError, KeyError, OSError, ValueError)
+RUN_ERRORS = (httpclient.HTTPError, KeyError, OSError, ValueError)
 
 
 @dataclass
@@ -60,10 +58,7 @@ def shown_args(args: list[str]) -> str:
 
 def post(url: str, path: str, body: dict, headers: dict | None = None,
          timeout: float = 600) -> dict:
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json", **(headers or {})})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
+    return httpclient.post_json(url + path, body, timeout=timeout, headers=headers)
 
 
 def wait_health(url: str, proc: subprocess.Popen, path: str = "/health", timeout: float = 600,
@@ -80,10 +75,9 @@ def wait_health(url: str, proc: subprocess.Popen, path: str = "/health", timeout
             program = proc.args[0] if isinstance(proc.args, (list, tuple)) else proc.args
             raise RunError(f"{what or Path(str(program)).name} exited {proc.returncode}{where}")
         try:
-            with urllib.request.urlopen(url + path, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
+            if httpclient.request("GET", url + path, timeout=2).status == 200:
+                return
+        except (httpclient.Unreachable, httpclient.HTTPError):
             pass
         time.sleep(interval)
     raise RunError(f"{url} not ready in {timeout:g} s" + (f" (log: {log})" if log else ""))

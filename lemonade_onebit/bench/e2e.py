@@ -9,12 +9,11 @@ against the length asked for. Effective tok/s = N / (TTFT + (N - 1) / decode rat
 
 from __future__ import annotations
 
-import http.client
 import json
 import statistics
 import time
-import urllib.parse
 
+from lemonade_onebit import httpclient
 from lemonade_onebit.bench.common import COMMON, Config, Progress, post, shown_args
 from lemonade_onebit.errors import RunError
 
@@ -37,7 +36,7 @@ def prompt_ids(url: str, lengths: list[int]) -> list[int]:
         try:
             tokens = post(url, "/tokenize", {"content": source_text(paragraphs),
                                              "add_special": True})["tokens"]
-        except OSError as exc:
+        except (OSError, httpclient.HTTPError) as exc:
             raise RunError(
                 f"--e2e needs the executor's /tokenize (llama-server routes): {exc}") from None
         if len(tokens) >= need:
@@ -47,24 +46,19 @@ def prompt_ids(url: str, lengths: list[int]) -> list[int]:
 
 def context_size(url: str) -> int | None:
     try:
-        from urllib.request import urlopen
-
-        with urlopen(url + "/props", timeout=10) as resp:
-            return json.loads(resp.read())["default_generation_settings"]["n_ctx"]
-    except (OSError, KeyError, ValueError):
+        return httpclient.get_json(url + "/props", timeout=10)["default_generation_settings"]["n_ctx"]
+    except (OSError, httpclient.HTTPError, RunError, KeyError, TypeError):
         return None
 
 
 def stream_once(url: str, ids: list[int], max_tokens: int) -> dict:
     """One streamed completion; client-side times and the executor's counts."""
-    parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=600)
     body = json.dumps({"prompt": ids, "max_tokens": max_tokens, "stream": True,
                        "temperature": 0, "ignore_eos": True,
-                       "stream_options": {"include_usage": True}, **COMMON})
+                       "stream_options": {"include_usage": True}, **COMMON}).encode()
     start = time.perf_counter()
-    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-    resp = conn.getresponse()
+    conn, resp = httpclient.open_response("POST", url + "/v1/completions", body,
+                                          {"Content-Type": "application/json"}, timeout=600)
     if resp.status != 200:
         raise RunError(f"/v1/completions answered {resp.status}: {resp.read()[:200]!r}")
     first = last = None

@@ -27,8 +27,8 @@ import ssl
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
 
+from lemonade_onebit import httpclient
 from lemonade_onebit.errors import RunError
 from lemonade_onebit.portable import O_BINARY, grow_pipe, pread, pwrite, try_lock
 
@@ -62,25 +62,6 @@ class Hasher:
 
 class Cut(Exception):
     """The connection ended before the file did; the bytes so far are kept."""
-
-
-def _open(url: str, headers: dict, auth: dict, timeout: float):
-    """GET `url`, following redirects; the token goes only to the hub's own host."""
-    hub_host = urlsplit(url).netloc
-    for _ in range(6):
-        parts = urlsplit(url)
-        conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        conn = conn_cls(parts.netloc, timeout=timeout)
-        target = parts.path + (f"?{parts.query}" if parts.query else "")
-        conn.request("GET", target, headers={**headers, **(auth if parts.netloc == hub_host else {})})
-        resp = conn.getresponse()
-        if resp.status in (301, 302, 303, 307, 308) and resp.getheader("Location"):
-            url = urljoin(url, resp.getheader("Location"))
-            resp.read()
-            conn.close()
-            continue
-        return conn, resp
-    raise RunError(f"too many redirects for {url}")
 
 
 def fetch(url: str, blob: Path, lock_path: Path, size: int, sha256: str | None, auth: dict,
@@ -153,7 +134,7 @@ def _get(url: str, have: int, auth: dict, timeout: float):
     headers = {"Accept-Encoding": "identity"}
     if have:
         headers["Range"] = f"bytes={have}-"
-    conn, resp = _open(url, headers, auth, timeout)
+    conn, resp = httpclient.open_response("GET", url, headers=headers, auth=auth, timeout=timeout)
     if resp.status not in (200, 206):
         conn.close()
         raise RunError(f"{url} answered {resp.status} {resp.reason}")

@@ -16,11 +16,9 @@ import json
 import os
 import shutil
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
+from lemonade_onebit import httpclient
 from lemonade_onebit.errors import RunError, UsageError
 from lemonade_onebit.lemonade import SHIM_NAME
 from lemonade_onebit.lemonade.shim import script_name
@@ -37,30 +35,18 @@ class LemonadeClient:
             self.headers["Authorization"] = f"Bearer {key}"
 
     def call(self, method: str, path: str, body: dict | None = None, timeout: float = 3600):
-        req = urllib.request.Request(self.url + path, method=method, headers=self.headers,
-                                     data=json.dumps(body).encode() if body is not None else None)
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            try:
-                message = json.loads(raw)["error"]
-                message = message.get("message", message) if isinstance(message, dict) else message
-            except (ValueError, KeyError, TypeError):
-                message = raw[:200].decode(errors="replace")
-            hint = " (set LEMONADE_ADMIN_API_KEY)" if exc.code in (401, 403) else ""
-            raise LemonadeError(exc.code, f"{method} {path}: Lemonade answered {exc.code}: "
-                                          f"{message}{hint}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise RunError(f"cannot reach Lemonade at {self.url} ({reason}): is `lemond` "
+            return httpclient.request(method, self.url + path, body, self.headers,
+                                      timeout=timeout).json()
+        except httpclient.HTTPError as exc:
+            hint = " (set LEMONADE_ADMIN_API_KEY)" if exc.status in (401, 403) else ""
+            raise LemonadeError(exc.status, f"{method} {path}: Lemonade answered {exc.status}: "
+                                            f"{exc.message()}{hint}") from None
+        except httpclient.Unreachable as exc:
+            raise RunError(f"cannot reach Lemonade at {self.url} ({exc}): is `lemond` "
                            f"running? (--url picks another)") from None
-        try:
-            return json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            raise RunError(f"{method} {path}: Lemonade's answer is not JSON: "
-                           f"{raw[:120].decode(errors='replace')}") from None
+        except RunError as exc:
+            raise RunError(f"{method} {path}: Lemonade's {exc}") from None
 
     def model_ids(self) -> set[str]:
         return set(self.models())
