@@ -4,11 +4,11 @@ STAMP  := $(VENV)/.setup-done
 PORT   ?= 8000
 MODEL  ?= SmolLM2-135M-Instruct-1bit
 
-.PHONY: setup serve test lint bench-overhead laya-model laya-eval clean
+.PHONY: setup serve test lint release bench-overhead laya-model laya-eval clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt scripts/setup.sh
+$(STAMP): pyproject.toml constraints.txt lemonade_onebit/pins.json scripts/setup.sh
 	bash scripts/setup.sh
 	@touch $@
 
@@ -23,6 +23,7 @@ lint: setup
 	$(VENV)/bin/ruff check lemonade_onebit tests bench scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/python scripts/check_imports.py
+	$(VENV)/bin/1bit pins sync --check
 
 bench-overhead: setup
 	$(VENV)/bin/python bench/overhead.py $(BENCH_ARGS)
@@ -34,6 +35,11 @@ laya-model: setup
 
 laya-eval: setup
 	$(VENV)/bin/1bit route --eval data/laya/eval.json
+
+# sdist and wheel of this commit, byte-reproducible, with SHA256SUMS and changes.json, in
+# dist/release/<tag>/; nothing is uploaded.
+release: setup
+	$(VENV)/bin/python scripts/release.py
 
 clean:
 	rm -rf $(VENV)

@@ -7,6 +7,7 @@ import sys
 
 from lemonade_onebit import __version__
 from lemonade_onebit.console import reported
+from lemonade_onebit.errors import UsageError
 from lemonade_onebit.lemonade import DEFAULT_URL, VARIANT_ROUTES
 from lemonade_onebit.serve.options import (
     add_serve_arguments,
@@ -43,7 +44,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     version = sub.add_parser("version", help="print the version")
-    version.add_argument("--pins", action="store_true", help="also list every pinned executor")
+    version.add_argument("--pins", action="store_true",
+                         help="also list every pinned executor and model, with its sha256")
+    version.add_argument("--json", action="store_true", help="machine-readable output (with --pins)")
+
+    pins = sub.add_parser(
+        "pins", help="check the pins against their upstreams, move one, regenerate from them",
+        description="The pins live in lemonade_onebit/pins.json (thirdparty/pins.json). check: "
+        "the newest release of each on the package index pip is configured with "
+        "(PIP_INDEX_URL, else `pip config`), and the newest tag of git upstreams; exits 1 when "
+        "one moved. bump NAME: move a pin (to the newest, or --to VERSION) and regenerate "
+        "constraints.txt and thirdparty/README.md. sync: regenerate them (--check: exit 1 when "
+        "they differ).")
+    pins.add_argument("action", choices=("check", "bump", "sync"))
+    pins.add_argument("name", nargs="?", metavar="NAME", help="the pin to bump")
+    pins.add_argument("--to", metavar="VERSION", help="bump to this version")
+    pins.add_argument("--index", metavar="URL", help="the simple index to ask")
+    pins.add_argument("--check", action="store_true", help="sync: only say whether they differ")
+    pins.add_argument("--json", action="store_true", help="check: machine-readable output")
 
     devices = sub.add_parser("devices", help="devices found and the executor of each route")
     devices.add_argument("--json", action="store_true", help="machine-readable output")
@@ -167,7 +185,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(ns: argparse.Namespace, extra: list[str]) -> int:
     if ns.command == "version":
-        return _version(ns.pins)
+        if not ns.pins:
+            print(f"1bit {__version__}")
+            return 0
+        from lemonade_onebit.pins import version_command
+
+        return version_command(__version__, ns.json)
+    if ns.command == "pins":
+        from lemonade_onebit.pins import pins_command
+
+        if (ns.action == "bump") != bool(ns.name):
+            raise UsageError("`1bit pins bump` needs the NAME of a pin; check and sync take none")
+        return pins_command(ns.action, ns.json, ns.index, ns.name, ns.to, ns.check)
     if ns.command == "bench":
         from lemonade_onebit.bench import BenchOptions, run_bench
 
@@ -214,13 +243,3 @@ def _dispatch(ns: argparse.Namespace, extra: list[str]) -> int:
 
         return run(serve_config(ns, extra))
     return 2
-
-
-def _version(pins: bool) -> int:
-    print(f"1bit {__version__}")
-    if pins:
-        from lemonade_onebit.pins import PINS
-
-        for pin in PINS:
-            print(f"{pin.name} {pin.version} ({pin.licence}; {pin.source})")
-    return 0
