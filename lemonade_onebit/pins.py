@@ -101,6 +101,16 @@ def readme_text(manifest: dict) -> str:
         out.append(f"| {_cell(pin['name'])}: {_cell(pin['what'])} | {_cell(pin['version'])} | "
                    f"{_cell(pin['licence'])} | {pin.get('upstream') or '(not recorded)'} | "
                    f"{_cell(pin['contract'])} |")
+    kernel = manifest.get("kernel")
+    if kernel:
+        out.extend(["", "## Kernel and drivers", "",
+                    f"The upstream engine pins the Linux kernel at {kernel['upstream']}: "
+                    f"{kernel['why']}. `1bit devices` shows the running kernel and each "
+                    "driver next to these.", "",
+                    "| module | what | routes | minimum kernel | why |", "|---|---|---|---|---|"])
+        out += [f"| `{d['module']}` | {_cell(d['what'])} | {', '.join(d['routes'])} | "
+                f"{d.get('minimum_kernel') or '-'} | {_cell(d['why'])} |"
+                for d in manifest.get("drivers", [])]
     out.extend(["", "## Built here", "", "| what | licence | how obtained |", "|---|---|---|"])
     out += [f"| `{p['name']}`: {_cell(p['what'])} | {_cell(p['licence'])} | {_cell(p['obtained'])} |"
             for p in manifest.get("built", [])]

@@ -30,12 +30,34 @@ def routes() -> list[dict]:
     return out
 
 
+def rpc_report(endpoints: str, as_json: bool) -> int:
+    """What each named RPC worker offers: protocol, devices, free memory."""
+    from lemonade_onebit.rpc import check_workers, parse_endpoints
+
+    workers = check_workers(parse_endpoints(endpoints))
+    if as_json:
+        print(json.dumps({"rpc": [w.as_json() for w in workers]}, indent=2))
+    else:
+        print("RPC workers:")
+        for worker in workers:
+            print(f"  {worker.describe()}")
+    return 0
+
+
 def devices_report(as_json: bool) -> int:
+    from lemonade_onebit import drivers, pins
+
     found = [d.as_dict() for d in detect()]
     table = routes()
+    system = drivers.report(pins.load())
     if as_json:
-        print(json.dumps({"devices": found, "routes": table}, indent=2))
+        print(json.dumps({"devices": found, "routes": table, **system}, indent=2))
         return 0
+    kernel = system["kernel"]
+    print(f"kernel: {kernel['release'] or 'unknown'} (the upstream engine pins {kernel['upstream']})")
+    for d in system["drivers"]:
+        version = f" {d['version']}" if d["version"] else ""
+        print(f"  {d['module']:<8}{version}: {d['state']}")
     print("devices:")
     for d in found:
         print(f"  {d['kind']:<14} {d['name']}")
