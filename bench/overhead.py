@@ -127,7 +127,8 @@ def main() -> int:
     serve = start(
         [str(Path(sys.executable).parent / "1bit"), "serve", "-m", args.model,
          "--port", str(serve_port), "--device", args.device, "--llama-server", executor,
-         "--", *extra], logs,
+         # llama-server's own slots, as on the direct side (serve sizes them on a GPU route)
+         "--", "-np", "-1", *extra], logs,
     )
     urls = {"direct": f"http://127.0.0.1:{direct_port}", "serve": f"http://127.0.0.1:{serve_port}"}
     try:

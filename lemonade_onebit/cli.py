@@ -11,6 +11,7 @@ from lemonade_onebit.errors import UsageError
 from lemonade_onebit.lemonade import DEFAULT_URL, VARIANT_ROUTES
 from lemonade_onebit.serve.options import (
     add_serve_arguments,
+    port_number,
     positive_int,
     serve_config,
     split_extra,
@@ -30,6 +31,16 @@ def _token_counts(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a list like 128,512,2048") from None
     if not counts or min(counts) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: every length must be greater than 0")
+    return counts
+
+
+def _stream_counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 1,8,32") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every level must be at least 1 stream")
     return counts
 
 
@@ -65,6 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     devices = sub.add_parser("devices", help="devices found and the executor of each route")
     devices.add_argument("--json", action="store_true", help="machine-readable output")
+    devices.add_argument("--rpc", metavar="HOST:PORT,...",
+                         help="instead, ask these RPC workers what they offer")
+
+    worker = sub.add_parser(
+        "rpc-worker", help="a llama.cpp RPC worker for `1bit serve --rpc HOST:PORT,...`",
+        description="Run llama.cpp's ggml-rpc-server for one device, so a `1bit serve --rpc` on "
+        "this or another machine places model layers on it. The RPC protocol has no "
+        "authentication and no encryption: it binds 127.0.0.1 unless --host says otherwise; "
+        "cross machines through an SSH tunnel (ssh -L 50052:127.0.0.1:50052 HOST) or WireGuard.")
+    worker.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    worker.add_argument("--port", type=port_number, default=50052, help="port (50052)")
+    worker.add_argument("--device", metavar="DEVICE",
+                        help="cpu, cuda, rocm or vulkan, :N for another GPU (else the worker's "
+                        "first GPU, then the CPU)")
+    worker.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads")
+    worker.add_argument("--cache", action="store_true",
+                        help="keep tensors it was sent in a local cache ($LLAMA_CACHE/rpc)")
+    worker.add_argument("--rpc-server", metavar="PATH", help="the ggml-rpc-server to run")
 
     pull = sub.add_parser(
         "pull", help="download a model into the Hugging Face cache",
@@ -127,15 +156,38 @@ def build_parser() -> argparse.ArgumentParser:
     route.add_argument("--route-policy", metavar="FILE", help="policy file (the shipped one)")
     route.add_argument("--json", action="store_true", help="machine-readable output")
 
+    tok = sub.add_parser(
+        "tokenize", help="the token ids and pieces a model's tokenizer makes of a text",
+        description="Tokenize TEXT as MODEL does: a folder's tokenizer.json (onnx, mlx, npu, a "
+        "downloaded HF id) through Hugging Face tokenizers; a GGUF through llama-server's own "
+        "/tokenize (started on the CPU for the call, then stopped). By default the tokens the "
+        "model adds around a text (BOS/EOS) are added and special-token text such as "
+        "<|im_start|> is that token, as the executors tokenize a prompt.",
+        epilog="example: 1bit tokenize SmolLM2-135M-Instruct-1bit '<|im_start|>user' --json")
+    tok.add_argument("model", metavar="MODEL",
+                     help="a GGUF file, a model folder, a catalog name or a downloaded HF id")
+    tok.add_argument("text", metavar="TEXT", help="the text; `-` reads it from stdin (also for a "
+                     "text that starts with `-`)")
+    tok.add_argument("--no-add-special", dest="add_special", action="store_false",
+                     help="add no BOS/EOS or other tokens the model puts around a text")
+    tok.add_argument("--no-parse-special", dest="parse_special", action="store_false",
+                     help="encode special-token text (<|im_start|>) as its plain characters")
+    tok.add_argument("--json", action="store_true",
+                     help="machine-readable: ids, pieces (text, or byte values where a token holds "
+                     "part of a character), the tokenizer and its file")
+
     b = sub.add_parser(
         "bench", help="A/B serve configurations on one model",
         description="A/B `1bit serve` configurations: a fresh serve per config and round, "
         "interleaved. By default prompt and decode tok/s from llama-server timings, best / median, "
         "with the change against the first config; --e2e: time to first token and end-to-end "
         "time by prompt length; --swap: start to first token, cold and warm, against the "
-        "executor started alone.",
-        epilog="example: 1bit bench -m SmolLM2-135M-Instruct-1bit --config base= "
-        "--config norepack='-- --no-repack' --rounds 3")
+        "executor started alone; --concurrency: aggregate and per-stream decode tok/s and TTFT "
+        "p50/p95 with N streams at once.",
+        epilog="examples: 1bit bench -m SmolLM2-135M-Instruct-1bit --config base= "
+        "--config norepack='-- --no-repack' --rounds 3; 1bit bench -m M.gguf --config "
+        "defaults='--device cuda -- -np -1' --config auto='--device cuda' --concurrency 1,8,32 "
+        "--decode-tokens 128")
     b.add_argument("-m", "--model", required=True)
     b.add_argument("--config", action="append", required=True, metavar="NAME=ARGS",
                    help="a config: `1bit serve` arguments (after `--`: executor flags); repeat; "
@@ -145,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="TTFT, decode and end-to-end time by prompt length (streamed)")
     mode.add_argument("--swap", action="store_true",
                       help="start to first token, cold and warm, and serve's share of it")
+    mode.add_argument("--concurrency", type=_stream_counts, metavar="N,N,...",
+                      help="bursts of N concurrent streams (e.g. 1,8,32): aggregate decode tok/s, "
+                      "per-stream tok/s, TTFT p50/p95; each prompt is the first --prompt-tokens "
+                      "length, each stream --decode-tokens long")
     b.add_argument("--rounds", type=positive_int, default=3)
     b.add_argument("--prompt-reps", type=positive_int, default=5, metavar="N",
                    help="prompt-speed requests per run (5)")
@@ -156,10 +212,24 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="N,N,...", help="--e2e prompt lengths, exact tokens (128,512,2048)")
     b.add_argument("--e2e-reps", type=positive_int, default=3, metavar="N",
                    help="--e2e requests per prompt length per run; medians are reported (3)")
+    b.add_argument("--bursts", type=positive_int, default=3, metavar="N",
+                   help="--concurrency bursts per level per run, after a warm-up burst (3)")
     b.add_argument("--json", metavar="F", help="write every sample to F")
     b.add_argument("--plot", metavar="FILE.png", help="draw the results (needs matplotlib)")
     b.add_argument("--lock", metavar="F", help="refuse to run while another bench holds F")
     b.add_argument("--log-dir", metavar="DIR", help="serve logs, one per config and round")
+
+    from lemonade_onebit.moe.commands import add_moe_parser
+
+    add_moe_parser(sub)
+
+    from lemonade_onebit.kernels.commands import add_convert_parser
+
+    add_convert_parser(sub)
+
+    from lemonade_onebit.registry.commands import add_registry_parser
+
+    add_registry_parser(sub)
 
     s = sub.add_parser(
         "serve",
@@ -202,7 +272,8 @@ def _dispatch(ns: argparse.Namespace, extra: list[str]) -> int:
 
         return run_bench(BenchOptions(
             model=ns.model, configs=ns.config,
-            mode="e2e" if ns.e2e else "swap" if ns.swap else "ab", rounds=ns.rounds,
+            mode="e2e" if ns.e2e else "swap" if ns.swap else "concurrency" if ns.concurrency
+            else "ab", rounds=ns.rounds, concurrency=ns.concurrency or (), bursts=ns.bursts,
             prompt_reps=ns.prompt_reps, decode_reps=ns.decode_reps,
             decode_tokens=ns.decode_tokens, prompt_tokens=ns.prompt_tokens,
             e2e_reps=ns.e2e_reps, json=ns.json, lock=ns.lock, log_dir=ns.log_dir,
@@ -226,6 +297,10 @@ def _dispatch(ns: argparse.Namespace, extra: list[str]) -> int:
             return lemonade.status_command(ns.url, ns.hf_cache, ns.json)
         return lemonade.register_command(ns.url, ns.variant, ns.only, not ns.no_download,
                                          ns.hf_cache)
+    if ns.command == "tokenize":
+        from lemonade_onebit.tokenizer import tokenize_command
+
+        return tokenize_command(ns.model, ns.text, ns.add_special, ns.parse_special, ns.json)
     if ns.command == "route":
         from lemonade_onebit.laya import commands as laya
 
@@ -234,12 +309,36 @@ def _dispatch(ns: argparse.Namespace, extra: list[str]) -> int:
         if ns.eval is not None:
             return laya.eval_command(ns.eval, ns.json)
         return laya.export_lemonade_command(ns.export_lemonade or None)
+    if ns.command == "registry":
+        from lemonade_onebit.registry.commands import run as registry
+
+        return registry(ns)
+    if ns.command == "moe":
+        from lemonade_onebit.moe.commands import run as moe
+
+        return moe(ns)
+    if ns.command == "convert":
+        from lemonade_onebit.kernels.commands import run as convert
+
+        return convert(ns)
     if ns.command == "devices":
         from lemonade_onebit.report import devices_report
 
+        if ns.rpc:
+            from lemonade_onebit.report import rpc_report
+
+            return rpc_report(ns.rpc, ns.json)
         return devices_report(ns.json)
+    if ns.command == "rpc-worker":
+        from lemonade_onebit.console import say
+        from lemonade_onebit.rpc import run_worker
+
+        return run_worker(ns.host, ns.port, ns.device, ns.threads, ns.cache, ns.rpc_server,
+                          lambda text: say("1bit rpc-worker", text))
     if ns.command == "serve":
         from lemonade_onebit.serve import run
 
         return run(serve_config(ns, extra))
     return 2
+
+

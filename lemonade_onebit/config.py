@@ -19,23 +19,28 @@ class RouteOption:
     name: str  # its key: a ServeConfig field for a built-in, else a key of ServeConfig.values
     flags: tuple[str, ...]  # its spellings on `1bit serve`; the last is the one messages quote
     help: str
-    kind: str = "text"  # text | count (a whole number > 0) | probability | switch | choice
+    kind: str = "text"  # text | count (a whole number > 0) | count-or-auto | probability | switch
+    # | choice
     metavar: str | None = None
     choices: tuple[str, ...] = ()
+    needs: str = ""  # what a route must have to honour it: the reason the others refuse it
 
     @property
     def flag(self) -> str:
         return self.flags[-1]
 
 
-KINDS = ("text", "count", "probability", "switch", "choice")
+KINDS = ("text", "count", "count-or-auto", "probability", "switch", "choice")
 
 BUILTIN_OPTIONS = (
-    RouteOption("ctx_size", ("-c", "--ctx-size"), "context size", "count", "N"),
+    RouteOption("ctx_size", ("-c", "--ctx-size"), "context of one request; GPU routes give it to "
+                "each slot", "count", "N"),
     RouteOption("flash_attn", ("-fa", "--flash-attn"), "flash attention", "choice",
                 choices=("on", "off", "auto")),
     RouteOption("lean", ("--lean",), "ROCmFP4/ROCmI4/H32 files", "switch"),
-    RouteOption("parallel", ("--parallel",), "parallel request slots", "count", "N"),
+    RouteOption("parallel", ("--parallel",), "parallel request slots, or auto (GPU routes' "
+                "default): as many as the GPU's free memory holds, at most 64", "count-or-auto",
+                "N|auto"),
     RouteOption("mtp", ("--mtp",), "multi-token-prediction head", metavar="HEAD.gguf"),
     RouteOption("dflash", ("--dflash",), "DFlash draft model", metavar="DRAFT.gguf"),
     RouteOption("mtp_max", ("--mtp-max",), "most tokens drafted", "count", "N"),
@@ -44,6 +49,8 @@ BUILTIN_OPTIONS = (
     RouteOption("embedding", ("--embedding",), "serve /v1/embeddings", "switch"),
     RouteOption("reranking", ("--reranking",), "serve /v1/rerank", "switch"),
     RouteOption("hrx_libhsa", ("--hrx-libhsa",), "libhsa for the HRX route", metavar="PATH"),
+    RouteOption("rpc", ("--rpc",), "llama.cpp RPC workers (`1bit rpc-worker`) to place layers on",
+                metavar="HOST:PORT,...", needs="llama.cpp's RPC backend (the llama-server routes)"),
 )
 
 # Built-in route options by ServeConfig field, with the flag messages quote.
@@ -63,7 +70,7 @@ class ServeConfig:
     executors: tuple[tuple[str, str], ...] = ()
     hrx_libhsa: str | None = None
     lean: bool = False
-    parallel: int | None = None
+    parallel: int | None = None  # None: auto (sized on GPU routes, llama-server's own on cpu)
     mtp: str | None = None
     dflash: str | None = None
     mtp_max: int | None = None
@@ -71,6 +78,7 @@ class ServeConfig:
     mmproj: str | None = None
     embedding: bool = False
     reranking: bool = False
+    rpc: str | None = None
     laya: bool = False
     route_policy: str | None = None
     recipes: str | None = None
@@ -80,6 +88,7 @@ class ServeConfig:
     load_timeout: float = 600.0
     executor_timeout: float = 600.0
     max_body: int = 16 * 1024 * 1024
+    log_format: str = "text"  # text | json (one JSON object per stderr line)
     # Values of the route options launchers declare themselves: ((name, value), ...).
     values: tuple[tuple[str, object], ...] = ()
 

@@ -74,6 +74,66 @@ def nvidia_gpus() -> list[Device]:
     return found
 
 
+@dataclass(frozen=True)
+class Memory:
+    """One accelerator's memory as its driver reports it now, in bytes."""
+
+    name: str
+    total: int
+    free: int
+
+
+def _nvidia_smi() -> str | None:
+    """`nvidia-smi`: the one on PATH; under a fake root (tests), only the root's own stand-in."""
+    if SYS == Path("/"):
+        return shutil.which("nvidia-smi")
+    fake = SYS / "usr/bin/nvidia-smi"
+    return str(fake) if os.access(fake, os.X_OK) else None
+
+
+def _visible(index: str) -> bool:
+    """Whether CUDA_VISIBLE_DEVICES (a list of indices, when set) lets CUDA see this GPU."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return True
+    names = [part.strip() for part in listed.split(",") if part.strip()]
+    if not all(name.lstrip("-").isdigit() for name in names):
+        return True  # UUIDs or MIG names: not matched here, every GPU counts
+    visible = []
+    for name in names:
+        if int(name) < 0:
+            break  # CUDA stops at the first invalid index
+        visible.append(name)
+    return index in visible
+
+
+def nvidia_memory() -> list[Memory]:
+    """Total and free memory of each NVIDIA GPU CUDA can see, read now (not cached): free memory
+    changes as other programs load. A GPU whose driver reports no number (unified-memory parts
+    answer `[N/A]`) is left out."""
+    smi = _nvidia_smi()
+    if smi is None:
+        return []
+    out = _run([smi, "--query-gpu=index,name,memory.total,memory.free",
+                "--format=csv,noheader,nounits"])
+    found = []
+    for row in out.splitlines():
+        parts = [part.strip() for part in row.split(",")]
+        if len(parts) < 4:
+            continue
+        index, name, total, free = parts[0], ",".join(parts[1:-2]), parts[-2], parts[-1]
+        if not (total.isdigit() and free.isdigit()) or not _visible(index):
+            continue
+        found.append(Memory(name, int(total) << 20, int(free) << 20))
+    return found
+
+
+def device_memory(kinds: tuple[str, ...]) -> list[Memory]:
+    """The memory of the accelerators of these kinds whose drivers report it (NVIDIA GPUs, through
+    `nvidia-smi`); empty when none does."""
+    return nvidia_memory() if "nvidia-gpu" in kinds else []
+
+
 def vulkan_devices() -> list[Device]:
     if SYS != Path("/") or not shutil.which("vulkaninfo"):
         return []

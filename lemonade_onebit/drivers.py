@@ -19,8 +19,11 @@ def _read(path: Path) -> str | None:
 
 
 def kernel_release() -> str | None:
-    return _read(devices.SYS / "proc/sys/kernel/osrelease") or (
-        (_read(devices.SYS / "proc/version") or "").split(" ")[2:3] or [None])[0]
+    release = _read(devices.SYS / "proc/sys/kernel/osrelease")
+    if release:
+        return release
+    words = (_read(devices.SYS / "proc/version") or "").split()  # "Linux version 6.8.0 ..."
+    return words[2] if len(words) > 2 else None
 
 
 def version_tuple(text: str | None) -> tuple[int, ...] | None:
@@ -49,7 +52,8 @@ def report(manifest: dict) -> dict:
     release = kernel_release()
     running = version_tuple(release)
     kernel = manifest.get("kernel", {})
-    out = {"kernel": {"release": release, "upstream": kernel.get("upstream")}, "drivers": []}
+    found: list[dict] = []
+    out = {"kernel": {"release": release, "upstream": kernel.get("upstream")}, "drivers": found}
     for driver in manifest.get("drivers", []):
         loaded, version = module_version(driver["module"])
         minimum = driver.get("minimum_kernel")
@@ -62,7 +66,7 @@ def report(manifest: dict) -> dict:
             state = f"loaded, but kernel {release} is older than {minimum} ({driver['why']})"
         else:
             state = "loaded"
-        out["drivers"].append({"module": driver["module"], "what": driver["what"],
+        found.append({"module": driver["module"], "what": driver["what"],
                                "routes": driver["routes"], "loaded": loaded, "version": version,
                                "minimum_kernel": minimum, "too_old": too_old, "state": state})
     return out

@@ -1,4 +1,5 @@
-"""GGUF metadata that decides a route: architecture, expert count, the Hadamard Q4_0 stamp.
+"""GGUF metadata that decides a route (architecture, expert count, the Hadamard Q4_0 stamp) and
+sizes its slots (layers, attention heads and their sizes, the trained context).
 
 The header is walked here, with the format's constants from the `gguf` package, rather than with
 its `GGUFReader`: that reader parses every element of every array, which for a tokenizer vocabulary
@@ -26,6 +27,13 @@ MAX_DEPTH = 8  # arrays inside arrays: llama.cpp loads no file that has one
 MAX_WALKED = {"strings": 1 << 22, "arrays": 1 << 16}  # walked one by one, in all; a large
 # vocabulary and its merges hold under 10^6 strings
 MAX_KEY = 1 << 16  # the GGUF spec's limit on a key's length
+CACHE_VERSION = 2  # the facts' fields: entries of another version are read again
+# The shape keys (`{arch}.` + key), by GgufFacts field. A value that is not a positive whole number
+# (an array of per-layer counts, say) is None: the facts then say nothing about it.
+SHAPE_KEYS = {"block_count": "block_count", "embedding_length": "embedding_length",
+              "head_count": "attention.head_count", "head_count_kv": "attention.head_count_kv",
+              "key_length": "attention.key_length", "value_length": "attention.value_length",
+              "context_length": "context_length"}
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,13 @@ class GgufFacts:
     architecture: str
     expert_count: int
     hadamard_q4_0: int | None
+    block_count: int | None = None
+    embedding_length: int | None = None
+    head_count: int | None = None
+    head_count_kv: int | None = None
+    key_length: int | None = None
+    value_length: int | None = None
+    context_length: int | None = None
 
     @property
     def moe(self) -> bool:
@@ -48,7 +63,7 @@ def _cache_path() -> Path:
 def read_facts(path: Path) -> GgufFacts:
     """The facts of one GGUF file; ValueError when it is not a readable GGUF."""
     stat = path.stat()
-    key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    key = f"{CACHE_VERSION}:{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
     cache = _cache_path()
     try:
         known = json.loads(cache.read_text())
@@ -57,6 +72,9 @@ def read_facts(path: Path) -> GgufFacts:
     if key in known:
         return GgufFacts(**known[key])
     facts = _read(path)
+    if not isinstance(known, dict):
+        known = {}
+    known = {k: v for k, v in known.items() if k.startswith(f"{CACHE_VERSION}:")}
     known[key] = asdict(facts)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -81,7 +99,12 @@ def _read(path: Path) -> GgufFacts:
     stamp = wanted.get(STAMP_KEY)
     if not isinstance(experts, int) or not (stamp is None or isinstance(stamp, int)):
         raise ValueError(f"{path}: {arch}.expert_count or {STAMP_KEY} is not an integer")
-    return GgufFacts(arch, int(experts), int(stamp) if stamp is not None else None)
+    shape = {field: _count(wanted.get(f"{arch}.{key}")) for field, key in SHAPE_KEYS.items()}
+    return GgufFacts(arch, int(experts), int(stamp) if stamp is not None else None, **shape)
+
+
+def _count(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 class _Header:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lemonade_onebit.backends.base import Launcher
-from lemonade_onebit.config import ROUTE_OPTIONS, ServeConfig
+from lemonade_onebit.config import BUILTIN_OPTIONS, ROUTE_OPTIONS, ServeConfig
 from lemonade_onebit.errors import UsageError
 
 
@@ -67,14 +67,15 @@ def refusals(config: ServeConfig, launcher: type[Launcher],
         out.append("--recipes and --no-recipes: pick one")
     if config.embedding and config.reranking:
         out.append("--embedding and --reranking: pick one")
-    declared = {o.name: o.flag for cls in registered for o in cls.info.own_options}
-    for name, flag in (ROUTE_OPTIONS | declared).items():
-        if not config.given(name):
+    declared = {o.name: o for cls in registered for o in cls.info.own_options}
+    for option in (*BUILTIN_OPTIONS, *declared.values()):
+        if not config.given(option.name):
             continue
-        if name in info.refusals:
-            out.append(f"{flag}: {info.refusals[name]}")
-        elif not info.honours(name):
-            out.append(f"{flag} is not supported on the {info.device} route")
+        if option.name in info.refusals:
+            out.append(f"{option.flag}: {info.refusals[option.name]}")
+        elif not info.honours(option.name):
+            why = f": it needs {option.needs}" if option.needs else ""
+            out.append(f"{option.flag} is not supported on the {info.device} route{why}")
     for flag, _ in config.executors:
         if flag != info.executor_flag:
             out.append(f"{flag} names an executor the {info.device} route does not use")

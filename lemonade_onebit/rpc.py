@@ -120,6 +120,37 @@ def check_workers(endpoints: tuple[Endpoint, ...], timeout: float = 5.0) -> list
     return [probe(e, timeout) for e in endpoints]
 
 
+def layer_split(argv: list[str], workers: list[Worker], layers: int | None, local: bool,
+                say) -> list[str]:
+    """With no local GPU the workers are llama-server's only offload devices, in `--rpc` order:
+    split the layers by their free memory (`--tensor-split`), unless the user gave a split, and
+    say where they go. With a local GPU llama.cpp splits over it and the workers by free memory
+    itself."""
+    names = ", ".join(f"RPC{i}[{w.endpoint}]" for i, w in enumerate(workers))
+    if local:
+        say(f"layers split by llama.cpp over the local GPU and {names}, by free memory")
+        return argv
+    if any(a in ("-ts", "--tensor-split") for a in argv):
+        say(f"layers split over {names} as --tensor-split says")
+        return argv
+    free = [max(sum(f for f, _ in w.memory), 1) for w in workers]
+    total = sum(free)
+    shares = [f / total for f in free]
+    if layers:
+        counts, given = [], 0
+        for i in range(len(shares)):  # llama.cpp's cumulative split, rounded
+            upto = layers if i == len(shares) - 1 else round(layers * sum(shares[:i + 1]))
+            counts.append(upto - given)
+            given = upto
+        where = ", ".join(f"{n} on RPC{i}[{w.endpoint}]"
+                          for i, (n, w) in enumerate(zip(counts, workers)))
+        say(f"layers: {where} (of {layers}, by free memory)")
+    else:
+        say(f"layers split over {names} by free memory")
+    mib = [str(max(f >> 20, 1)) for f in free]
+    return [*argv, "--tensor-split", ",".join(mib)]
+
+
 # -- the worker --------------------------------------------------------------------------------
 
 def find_executor(path: str | None = None) -> str:

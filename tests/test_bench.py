@@ -140,3 +140,51 @@ def test_bad_bench_flags_are_usage_errors():
         out = subprocess.run([ONEBIT, "bench", "-m", "SmolLM2-135M-Instruct-1bit", "--config",
                               "base=", *args], capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and message in out.stderr, (args, out.stderr)
+
+
+@pytest.mark.executor
+@pytest.mark.slow
+def test_concurrency_measures_every_level_of_every_config_interleaved(tmp_path):
+    out_json, plot = tmp_path / "concurrency.json", tmp_path / "concurrency.png"
+    out = subprocess.run(
+        [ONEBIT, "bench", "-m", "SmolLM2-135M-Instruct-1bit", "--config", "base=",
+         "--config", "two=--parallel 2", "--concurrency", "1,2", "--bursts", "2",
+         "--decode-tokens", "8", "--prompt-tokens", "32", "--rounds", "1",
+         "--json", str(out_json), "--plot", str(plot)],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out_json.read_text())
+    assert (data["mode"], data["concurrency"], data["rounds_done"]) == ("concurrency", [1, 2], 1)
+    slots = {}
+    for config in data["configs"]:
+        assert [b["streams"] for b in config["bursts"]] == [1, 1, 2, 2]
+        for burst in config["bursts"]:
+            assert burst["tokens"] == 8 * burst["streams"]
+            assert len(burst["ttft_ms"]) == len(burst["stream_tps"]) == burst["streams"]
+            assert 0 < min(burst["ttft_ms"]) and burst["decode_tps"] > 0
+            assert burst["wall_s"] * 1000 > max(burst["ttft_ms"])
+            assert burst["aggregate_tps"] == pytest.approx(burst["tokens"] / burst["wall_s"])
+        slots[config["name"]] = config["servers"][0]["slots"]
+    assert slots == {"base": 4, "two": 2}  # llama-server's own default, and --parallel 2
+    rows = [row for row in out.stdout.splitlines() if row.startswith(("| base", "| two"))]
+    assert [row.split("|")[4].strip() for row in rows] == ["1", "2", "1", "2"]
+    assert re.search(r"\| two \| `--parallel 2` \| 2 x \d+ \| 2 \| [\d.]+ \| \d+\.\d\d \|", rows[3])
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_concurrency_prompts_are_exact_lengths_sharing_only_the_first_token():
+    from lemonade_onebit.bench.concurrency import percentile, prompts
+
+    batch = prompts(list(range(100)), 10, 4)
+    assert [len(p) for p in batch] == [10] * 4
+    assert {p[0] for p in batch} == {0} and len({tuple(p[1:]) for p in batch}) == 4
+    assert percentile([1, 2, 3, 4, 5], 0.95) == pytest.approx(4.8)
+    with pytest.raises(Exception, match="fewer than 110"):
+        prompts(list(range(100)), 100, 10)
+
+
+def test_concurrency_needs_two_tokens_a_stream():
+    out = subprocess.run([ONEBIT, "bench", "-m", "SmolLM2-135M-Instruct-1bit", "--config", "b=",
+                          "--concurrency", "1", "--decode-tokens", "1"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--concurrency needs --decode-tokens 2 or more" in out.stderr

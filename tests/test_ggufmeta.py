@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
@@ -41,7 +42,39 @@ def private_cache(tmp_path, monkeypatch):
 
 def test_facts_of_the_embedded_model(smollm2):
     facts = ggufmeta.read_facts(smollm2)
-    assert facts == ggufmeta.GgufFacts("llama", 0, None)
+    assert facts == ggufmeta.GgufFacts(
+        "llama", 0, None, block_count=30, embedding_length=576, head_count=9, head_count_kv=3,
+        key_length=None, value_length=None, context_length=8192)
+
+
+def test_a_shape_value_that_is_no_count_is_left_out(tmp_path):
+    """Per-layer KV head counts (an array) and a zero say nothing; the other counts are read."""
+    import gguf
+
+    path = tmp_path / "per-layer.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_array("llama.attention.head_count_kv", [2, 4, 2])
+    writer.add_uint32("llama.attention.key_length", 0)
+    writer.add_uint32("llama.block_count", 3)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    facts = ggufmeta.read_facts(path)
+    assert (facts.block_count, facts.head_count_kv, facts.key_length) == (3, None, None)
+
+
+def test_cache_entries_of_an_older_version_are_read_again(tmp_path, monkeypatch):
+    path = _write(tmp_path / "a.gguf", **{"llama.block_count": 7})
+    stat = path.stat()
+    old = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"  # version 1's key: no shape
+    cache = ggufmeta._cache_path()
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({old: {"architecture": "llama", "expert_count": 0,
+                                       "hadamard_q4_0": None}}))
+    assert ggufmeta.read_facts(path).block_count == 7
+    assert old not in json.loads(cache.read_text())
 
 
 def test_skipping_arrays_keeps_the_fields_after_them(tmp_path):

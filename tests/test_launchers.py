@@ -62,7 +62,7 @@ def test_device_for_another_kind_is_refused():
 def test_cpu_argv_minimal():
     argv = CpuLauncher().argv("/bin/llama-server", MODEL, 4321, ServeConfig(model="m"))
     assert argv == ["/bin/llama-server", "-m", "/models/m.gguf", "--host", "127.0.0.1",
-                    "--port", "4321", "--device", "none", "--jinja", "--alias", "m"]
+                    "--port", "4321", "--device", "none", "--jinja", "--metrics", "--alias", "m"]
 
 
 def test_cpu_argv_every_option():

@@ -124,6 +124,32 @@ def test_llama_server_extras_are_501_on_onnx(onnx_serve):
     assert status == 501 and json.loads(raw)["error"]["type"] == "not_supported_error"
 
 
+def test_metrics_on_onnx_are_serves_own(onnx_serve):
+    """/metrics answers on a route whose executor has none: serve's own, tokens from the
+    stream's final `timings`, nothing appended."""
+    before = http("GET", onnx_serve.url + "/metrics")[1].decode()
+    status, raw = http("POST", onnx_serve.url + "/v1/chat/completions",
+                       {**SHORT, "max_tokens": 4, "ignore_eos": True, "stream": True})
+    assert status == 200
+    final = json.loads([e for e in sse_events(raw) if e != b"[DONE]"][-1])["timings"]
+    status, raw = http("GET", onnx_serve.url + "/metrics")
+    text = raw.decode()
+    assert status == 200 and "llamacpp:" not in text
+
+    def sample(exposition: str, name: str) -> float:
+        found = [line.rsplit(" ", 1)[1] for line in exposition.splitlines()
+                 if line.startswith(name + '{device="onnx"}')]
+        return float(found[0]) if found else 0.0
+
+    grew = {name: sample(text, name) - sample(before, name) for name in (
+        "onebit_prompt_tokens_total", "onebit_completion_tokens_total",
+        "onebit_time_to_first_token_seconds_count")}
+    assert grew == {"onebit_prompt_tokens_total": final["prompt_n"],
+                    "onebit_completion_tokens_total": 4,
+                    "onebit_time_to_first_token_seconds_count": 1}
+    assert sample(text, "onebit_executor_ready") == 1
+
+
 def test_onnx_refuses_parallel(smollm2):
     import subprocess
 

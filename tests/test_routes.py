@@ -45,7 +45,7 @@ BASE = ["--host", "127.0.0.1", "--port", "9"]
 def test_llama_server_gpu_routes_argv(launcher, device_args):
     argv = launcher().argv("/x/llama-server", GGUF, 9, ServeConfig(model="q", ctx_size=2048))
     assert argv == ["/x/llama-server", "-m", "/m/q.gguf", *BASE, *device_args,
-                    "--jinja", "--alias", "q", "-c", "2048"]
+                    "--jinja", "--metrics", "--alias", "q", "-c", "2048"]
 
 
 def test_hrx_env_points_iree_at_libhsa():

@@ -262,8 +262,11 @@ def main() -> int:
     starts = {
         "a": argv_a,
         "proxy": [sys.executable, __file__, "--proxy", str(port_p), f"127.0.0.1:{port_a}"],
-        "serve": [str(Path(sys.executable).parent / "1bit"), *serve_args, str(port_s)],
-        "serve-asyncio": [sys.executable, "-c", no_uvloop, *serve_args, str(port_n)],
+        # llama-server's own 4 slots behind serve too, as on the direct side (SLOTS)
+        "serve": [str(Path(sys.executable).parent / "1bit"), *serve_args, str(port_s),
+                  "--", "-np", "-1"],
+        "serve-asyncio": [sys.executable, "-c", no_uvloop, *serve_args, str(port_n),
+                          "--", "-np", "-1"],
     }
     procs = {}
     try:

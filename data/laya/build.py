@@ -1,20 +1,30 @@
-"""Build the Laya data set: hand-written cases (`cases.py`) plus generated variations, split into
-`train.json` and a held-out `eval.json` that training never sees. Deterministic:
+"""Build the Laya data set into `train.json` and `eval.json`. Deterministic:
 
     python data/laya/build.py
+
+Every case belongs to a *family*: the requests one author wrote in one voice about one domain
+(`requests/<family>.txt`, `fresh/<family>.txt`), the seed lists of `cases.py`, or one template of
+generated variations. `eval.json` holds the families of `fresh/`, written after the model's
+features and training were fixed and never trained on; everything else is `train.json`, inside
+which `lemonade_onebit.laya.train` holds out whole families fold by fold (grouped cross-validation).
+Long documents are built on each side from that side's own requests, so no text crosses the split.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import cases
 
 HERE = Path(__file__).resolve().parent
+REQUESTS = HERE / "requests"
+FRESH = HERE / "fresh"
 SEED = 1729
-EVAL_SHARE = 0.25
+CLASSES = ("code", "prose", "short")
+LINE = re.compile(r"^(code|prose|short): (.+)$")
 
 LANGS = ["Python", "Rust", "Go", "JavaScript", "TypeScript", "Java", "C", "C++", "C#", "Ruby",
          "Kotlin", "Swift", "PHP", "Bash", "Haskell", "Scala", "Elixir", "Lua", "R", "Zig"]
@@ -61,80 +71,108 @@ TARGETS = ["French", "Spanish", "German", "Italian", "Portuguese", "Dutch", "Jap
 SHORT_FORMS = [
     lambda r: f"What is the capital of {r.choice(COUNTRIES)}?",
     lambda r: f"Capital of {r.choice(COUNTRIES)}?",
-    lambda r: f"What is {r.randint(2, 999)} {r.choice(['+', '-', '*', 'times', 'plus', 'minus'])} {r.randint(2, 99)}?",
+    lambda r: (f"What is {r.randint(2, 999)} "
+               f"{r.choice(['+', '-', '*', 'times', 'plus', 'minus'])} {r.randint(2, 99)}?"),
     lambda r: f"{r.randint(2, 99)} {r.choice(['+', '-', '*', '/'])} {r.randint(2, 99)} = ?",
     lambda r: f"Translate '{r.choice(WORDS)}' to {r.choice(TARGETS)}.",
     lambda r: f"How do you say '{r.choice(WORDS)}' in {r.choice(TARGETS)}?",
-    lambda r: f"Convert {r.randint(2, 500)} {r.choice(['km', 'pounds', 'inches', 'liters', 'degrees Celsius'])} to {r.choice(['miles', 'kilograms', 'centimeters', 'gallons', 'Fahrenheit'])}.",
+    lambda r: (f"Convert {r.randint(2, 500)} "
+               f"{r.choice(['km', 'pounds', 'inches', 'liters', 'degrees Celsius'])} to "
+               f"{r.choice(['miles', 'kilograms', 'centimeters', 'gallons', 'Fahrenheit'])}."),
     lambda r: f"What's {r.randint(5, 95)}% of {r.randint(10, 2000)}?",
     lambda r: f"Is {r.randint(10, 500)} divisible by {r.randint(2, 12)}?",
     lambda r: f"What is the population of {r.choice(COUNTRIES)}, roughly?",
     lambda r: f"Which continent is {r.choice(COUNTRIES)} in?",
-    lambda r: f"{r.choice(['Hi', 'Hello', 'Hey', 'Good evening', 'Yo', 'Greetings'])}{r.choice(['', '!', ' :)', ', how is it going?'])}",
+    lambda r: (f"{r.choice(['Hi', 'Hello', 'Hey', 'Good evening', 'Yo', 'Greetings'])}"
+               f"{r.choice(['', '!', ' :)', ', how is it going?'])}"),
 ]
+GENERATED = 40  # per template family: variations teach forms, not variety
 
 LONG_INTROS = ["Summarize this article:\n\n", "Here is a document. What are its key points?\n\n",
                "Please review the following text:\n\n", "Translate this into French:\n\n",
                "Find the bug in this file:\n\n", "", "Answer questions about this report.\n\n"]
 
 
-def long_doc(r: random.Random, target: int) -> str:
-    pool = cases.PROSE + cases.CODE + [t for _, t in cases.HARD]
-    text = r.choice(LONG_INTROS)
-    while len(text) < target:
-        text += r.choice(pool) + ("\n" if r.random() < 0.5 else " ")
-    return text[:target] if r.random() < 0.5 else text
+def read_family(path: Path) -> list[dict]:
+    """`class: text` lines; `#` lines describe the family; `\\n` in a text is a line break."""
+    out = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        match = LINE.match(line)
+        if not match:
+            raise SystemExit(f"{path.name}:{number}: expected 'code|prose|short: TEXT'")
+        text = match.group(2).replace("\\n", "\n")
+        out.append({"class": match.group(1), "text": text, "family": path.stem, "source": "hand"})
+    return out
 
 
-def build() -> list[dict]:
-    r = random.Random(SEED)
-    out = [{"class": "code", "text": t, "source": "hand"} for t in cases.CODE]
-    out += [{"class": "prose", "text": t, "source": "hand"} for t in cases.PROSE]
-    out += [{"class": "short", "text": t, "source": "hand"} for t in cases.SHORT]
-    out += [{"class": c, "text": t, "source": "hard"} for c, t in cases.HARD + cases.MORE + cases.MORE2]
-    for _ in range(110):
-        out.append({"class": "code", "source": "generated", "text": r.choice(CODE_FORMS).format(
-            lang=r.choice(LANGS), task=r.choice(TASKS))})
-    for _ in range(110):
-        out.append({"class": "prose", "source": "generated",
+def request_families(folder: Path = REQUESTS) -> list[dict]:
+    return [c for path in sorted(folder.glob("*.txt")) for c in read_family(path)]
+
+
+def seed_families() -> list[dict]:
+    lists = {"seed-code": [("code", t) for t in cases.CODE],
+             "seed-prose": [("prose", t) for t in cases.PROSE],
+             "seed-short": [("short", t) for t in cases.SHORT],
+             "seed-hard": cases.HARD, "seed-more": cases.MORE, "seed-more2": cases.MORE2}
+    return [{"class": k, "text": t, "family": family, "source": "hand"}
+            for family, items in lists.items() for k, t in items]
+
+
+def template_families(r: random.Random) -> list[dict]:
+    out = []
+    for _ in range(GENERATED):
+        out.append({"class": "code", "family": "template-code", "source": "generated",
+                    "text": r.choice(CODE_FORMS).format(lang=r.choice(LANGS), task=r.choice(TASKS))})
+    for _ in range(GENERATED):
+        out.append({"class": "prose", "family": "template-prose", "source": "generated",
                     "text": r.choice(PROSE_FORMS).format(topic=r.choice(TOPICS))})
-    for _ in range(110):
-        out.append({"class": "short", "source": "generated", "text": r.choice(SHORT_FORMS)(r)})
-    for i in range(50):
+    for _ in range(GENERATED):
+        out.append({"class": "short", "family": "template-short", "source": "generated",
+                    "text": r.choice(SHORT_FORMS)(r)})
+    return out
+
+
+def long_docs(r: random.Random, pool: list[str], n: int, family: str) -> list[dict]:
+    out = []
+    for i in range(n):
         target = [1024, 1100, 1500, 3000, 8000][i % 5]
-        out.append({"class": "long_doc", "source": "generated", "text": long_doc(r, target)})
-    seen, unique = set(), []
-    for case in out:
+        text = r.choice(LONG_INTROS)
+        while len(text) < target:
+            text += r.choice(pool) + ("\n" if r.random() < 0.5 else " ")
+        text = text[:target] if r.random() < 0.5 else text
+        out.append({"class": "long_doc", "text": text, "family": family, "source": "generated"})
+    return out
+
+
+def unique(items: list[dict]) -> list[dict]:
+    seen, out = set(), []
+    for case in items:
         if case["text"] not in seen:
             seen.add(case["text"])
-            unique.append(case)
-    return unique
+            out.append(case)
+    return out
 
 
-def split(all_cases: list[dict]) -> tuple[list[dict], list[dict]]:
-    """Stratified by class and source, so the held-out part has hand-written hard cases too."""
-    r = random.Random(SEED + 1)
-    train, held = [], []
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for case in all_cases:
-        groups.setdefault((case["class"], case["source"]), []).append(case)
-    for key in sorted(groups):
-        items = groups[key][:]
-        r.shuffle(items)
-        n_eval = round(len(items) * EVAL_SHARE)
-        held += items[:n_eval]
-        train += items[n_eval:]
+def build() -> tuple[list[dict], list[dict]]:
+    r = random.Random(SEED)
+    train = unique(seed_families() + template_families(r) + request_families())
+    texts = {c["text"] for c in train}
+    held = unique([c for c in request_families(FRESH) if c["text"] not in texts])
+    train += long_docs(r, [c["text"] for c in train], 40, "long-train")
+    held += long_docs(r, [c["text"] for c in held], 15, "long-held-out")
     return train, held
 
 
 def main() -> None:
-    all_cases = build()
-    train, held = split(all_cases)
+    train, held = build()
     for name, part in (("train.json", train), ("eval.json", held)):
         (HERE / name).write_text(json.dumps({"cases": part}, indent=1, ensure_ascii=False) + "\n")
-    counts = {c: sum(1 for x in all_cases if x["class"] == c) for c in
-              ("code", "prose", "short", "long_doc")}
-    print(f"{len(all_cases)} cases {counts}: {len(train)} train, {len(held)} held out")
+    for name, part in (("train", train), ("held out", held)):
+        counts = {c: sum(1 for x in part if x["class"] == c) for c in (*CLASSES, "long_doc")}
+        families = len({x["family"] for x in part})
+        print(f"{name}: {len(part)} cases in {families} families {counts}")
 
 
 if __name__ == "__main__":

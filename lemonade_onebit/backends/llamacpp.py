@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from lemonade_onebit.backends.base import Launcher, LauncherInfo
+from lemonade_onebit.backends.sizing import SlotAsk
 from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.errors import UsageError
 from lemonade_onebit.modelref import ModelRef
@@ -17,7 +18,7 @@ from lemonade_onebit.recipes.match import flag_groups
 
 LLAMA_SERVER_OPTIONS = frozenset(
     {"ctx_size", "flash_attn", "parallel", "mtp", "mtp_max", "mtp_p_min", "dflash", "mmproj",
-     "embedding", "reranking"}
+     "embedding", "reranking", "rpc"}
 )
 NO_LEAN = "--lean needs a ROCmFPX build (--device vulkan or rocm)"
 
@@ -66,8 +67,15 @@ def llama_server_argv(
     """The argv every llama-server route shares (SPEC §3), around the route's own device flags,
     merged with the flags after `--` (or Lemonade's): each flag once, theirs winning."""
     groups = [[executor], ["-m", str(model.path)], ["--host", "127.0.0.1"], ["--port", str(port)]]
+    if config.rpc:
+        # The layers go to the workers too: llama-server adds them as devices, which a route's
+        # `--device X` would leave out; every layer is offloaded, split over what there is.
+        device_args = [a for g in flag_groups(list(device_args)) if g[0] != "--device" for a in g]
+        device_args += [] if "-ngl" in device_args else ["-ngl", "99"]
     groups += flag_groups(list(device_args))
-    groups += [["--jinja"], ["--alias", model.served_id]]
+    # --metrics only opens llama-server's /metrics (it counts either way): serve appends it to
+    # its own.
+    groups += [["--jinja"], ["--metrics"], ["--alias", model.served_id]]
     if config.ctx_size is not None:
         groups.append(["-c", str(config.ctx_size)])
     if config.flash_attn is not None:
@@ -87,7 +95,60 @@ def llama_server_argv(
         groups.append(["--embeddings"])
     if config.reranking:
         groups.append(["--reranking"])
+    if config.rpc:
+        groups.append(["--rpc", config.rpc])
     return [executor, *merge_flags(groups[1:], list(config.extra_args))]
+
+
+def _value(group: list[str] | None) -> str | None:
+    """A flag group's value: `--flag=v` or `--flag v`."""
+    if group is None:
+        return None
+    if "=" in group[0]:
+        return group[0].split("=", 1)[1]
+    return group[1] if len(group) > 1 else ""
+
+
+def slot_ask(argv: list[str], config: ServeConfig) -> SlotAsk | None:
+    """What a llama-server command line asks of its slots, or None where
+    llama-server is to choose them itself: `-np -1` (its own auto), a value that is no number (it
+    then says so), or `-c 0` (the trained context) is given after `--`. A `-c` after `--` is
+    llama-server's total; serve's own `-c` is per request."""
+    last = {flag_key(g[0]): g for g in flag_groups(argv[1:])}
+    theirs = {flag_key(g[0]) for g in flag_groups(list(config.extra_args))}
+    raw_slots = _value(last.get("-np"))
+    raw_ctx = _value(last.get("-c")) if "-c" in theirs else None
+    try:
+        slots = None if raw_slots is None else int(raw_slots)
+        executor_ctx = None if raw_ctx is None else int(raw_ctx)
+    except ValueError:
+        return None
+    if (slots is not None and slots < 1) or (executor_ctx is not None and executor_ctx < 1):
+        return None  # -np -1 and -c 0: llama-server's own auto and the trained context
+    unified = last.get("-kvu", ["-no-kvu"])[0].split("=")[0] in ("-kvu", "--kv-unified")
+    on_host = last.get("-kvo", ["-kvo"])[0].split("=")[0] in ("-nkvo", "--no-kv-offload")
+    return SlotAsk(slots=slots, ctx=None if "-c" in theirs else config.ctx_size,
+                   executor_ctx=executor_ctx, unified=unified,
+                   type_k=_value(last.get("-ctk")) or "f16", type_v=_value(last.get("-ctv")) or "f16",
+                   kv_on_host=on_host)
+
+
+def with_slots(argv: list[str], slots: int | None, ctx: int | None) -> list[str]:
+    """The command line with `-np slots` and `-c ctx` (each where not None) in place of any
+    spelling of those flags already there."""
+    wanted = {key: str(v) for key, v in (("-np", slots), ("-c", ctx)) if v is not None}
+    out, done = [argv[0]], set()
+    for group in flag_groups(argv[1:]):
+        key = flag_key(group[0])
+        if key not in wanted:
+            out += group
+        elif key not in done:
+            out += [key, wanted[key]]
+            done.add(key)
+    for key, value in wanted.items():
+        if key not in done:
+            out += [key, value]
+    return out
 
 
 class LlamaServerLauncher(Launcher):

@@ -1,4 +1,5 @@
-"""`1bit bench --plot FILE.png`: bars per config with min-max whiskers; TTFT by prompt length."""
+"""`1bit bench --plot FILE.png`: bars per config with min-max whiskers; TTFT by prompt length;
+rate and TTFT by concurrent streams."""
 
 from __future__ import annotations
 
@@ -36,6 +37,12 @@ def _bars(ax, names: list[str], groups: list[list[float]], title: str, ylabel: s
     ax.set_ylabel(ylabel)
 
 
+def _p95(values: list[float]) -> float:
+    from lemonade_onebit.bench.concurrency import percentile
+
+    return percentile(values, 0.95)
+
+
 def plot(mode: str, configs: list[Config], model: str, path: str) -> None:
     plt = _pyplot()
     names = [c.name for c in configs]
@@ -61,6 +68,33 @@ def plot(mode: str, configs: list[Config], model: str, path: str) -> None:
             ax.set_xticks(lengths, [str(n) for n in lengths])
             ax.minorticks_off()
             ax.set_xlabel("prompt tokens")
+            ax.set_title(title)
+            ax.set_ylabel(ylabel)
+            ax.legend()
+    elif mode == "concurrency":
+        from lemonade_onebit.bench.concurrency import levels_of
+
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+        for c in configs:
+            levels = levels_of(c)
+            for ax, key in ((axes[0], "decode_tps"), (axes[1], "ttft_ms")):
+                if key == "decode_tps":
+                    vals = [[b[key] for b in c.data["bursts"] if b["streams"] == n
+                             and b[key] is not None] for n in levels]
+                else:  # every stream's TTFT, p95 drawn
+                    vals = [[t for b in c.data["bursts"] if b["streams"] == n for t in b[key]]
+                            for n in levels]
+                mids = [statistics.median(v) if key == "decode_tps" else _p95(v) for v in vals]
+                ax.errorbar(levels, mids, marker="o", capsize=4, label=c.name,
+                            yerr=[[max(0.0, m - min(v)) for m, v in zip(mids, vals)],
+                                  [max(0.0, max(v) - m) for m, v in zip(mids, vals)]])
+        levels = sorted({n for c in configs for n in levels_of(c)})
+        for ax, title, ylabel in ((axes[0], "aggregate decode rate (median, min-max)", "tok/s"),
+                                  (axes[1], "time to first token (p95, min-max)", "ms")):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(levels, [str(n) for n in levels])
+            ax.minorticks_off()
+            ax.set_xlabel("concurrent streams")
             ax.set_title(title)
             ax.set_ylabel(ylabel)
             ax.legend()

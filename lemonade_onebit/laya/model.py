@@ -1,8 +1,11 @@
-"""The Laya classifier: hashed word and character n-grams plus a few shape features, read by a
-multinomial logistic regression (`model.npz`, ~100 KB, trained by `train.py` from `data/laya/`).
+"""The Laya classifier: hashed word and character n-grams, shape features (length, marks of code
+in the text) and the cue words of `lexicon.py`, read by a multinomial logistic regression
+(`model.npz`, trained by `train.py` from `data/laya/`).
 
 Text of 1,024 characters (code points) or more is `long_doc` without the classifier. The rest is
-`code`, `prose` or `short`, with the softmax probability of the winner as the confidence.
+`code`, `prose` or `short`, with the winner's temperature-scaled softmax probability as the
+confidence: T is fitted on families the model did not see, so a confidence of 0.8 is right about
+80% of the time (docs/laya.md has the reliability table).
 """
 
 from __future__ import annotations
@@ -14,65 +17,42 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from lemonade_onebit.laya.lexicon import CJK, CODE_ASK, FAULT, PROSE_ASK, SHORT_ASK, TECH, WHY
+
 CLASSES = ("code", "prose", "short")
 LONG_DOC = "long_doc"
 LONG_DOC_CHARS = 1024
 BUCKETS = 1 << 16
 MODEL = Path(__file__).with_name("model.npz")
+# Weight of each feature group: words, bigrams, characters, shape, cue words, software-conjoined.
+SCALE = {"w": 1.0, "b": 1.0, "c": 1.0, "s": 1.0, "lex": 1.5, "x": 0.5}
 CHAR_SPAN = 400  # character n-grams come from the first 400 characters
-WORD = re.compile(r"[^\W\d_]+|\d+|[^\w\s]", re.UNICODE)
+TOKEN = re.compile(r"[^\W_]+(?:\+\+|#)?|[^\w\s]")
+DIGIT = re.compile(r"\d")
+CJK_CHAR = re.compile(r"([\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af])")  # one token each
 CODE_SYMBOLS = set("{}()[];=<>_`$#|\\/*+&%^~:")
-
-
-# Words that say what kind of answer is wanted, in the languages users write in most. They carry
-# what a few hundred examples cannot teach about words the examples never used.
-LEXICON = {
-    "code": """
-        code function script program snippet implement implementation class method module regex
-        regexp query sql command cli terminal shell bash zsh powershell cmd git pip npm yarn cargo
-        docker dockerfile kubernetes k8s yaml yml json toml xml csv config configuration nginx
-        systemd cron makefile compile compiler debug bug error exception traceback stack
-        stacktrace syntax variable loop array list dict dictionary string int integer boolean
-        api endpoint http curl wget ssh port linux unix windows macos terminal install package
-        library framework python rust golang go javascript js typescript ts java kotlin swift c++
-        cpp c# csharp ruby php perl lua haskell scala elixir erlang clojure zig r matlab julia
-        html css react vue angular svelte node nodejs django flask fastapi express spring rails
-        pandas numpy tensorflow pytorch sql postgres postgresql mysql sqlite mongodb redis
-        gitignore dockerignore vim emacs vscode awk sed grep jq ffmpeg chmod chown sudo apt brew
-        terraform ansible helm github gitlab ci pipeline workflow unittest pytest jest junit
-        refactor rewrite optimize parse serialize deserialize async await thread mutex pointer
-        null none undefined segfault compile runtime lambda closure decorator generator iterator
-        función funcion código codigo fonction programme funktion skript funzione codice função
-        script 函数 代码 脚本 编程 関数 コード スクリプト プログラム
-        """.split(),
-    "prose": """
-        explain explanation describe description essay story poem letter speech eulogy article
-        blog post review overview history historical discuss discussion why advantages
-        disadvantages pros cons compare comparison difference differences analysis analyze
-        opinion argue argument persuasive summary paragraphs paragraph detailed detail depth
-        introduction guide advice tips plan philosophy theory themes ethics ethical impact
-        causes effects consequences benefits risks importance significance culture society
-        economy politics science biology physics chemistry beginner understand understanding
-        concept concepts conceptually tell narrative chapter report thesis newsletter announcement
-        motivational cover bedtime novel character characters plot
-        explica explique explícame explicar erkläre erklären beschreibe spiega spiegami descreva
-        describe décris raconte cuéntame historia histoire geschichte storia história
-        解释 说明 描述 介绍 为什么 历史 説明 解説 なぜ 歴史 について
-        """.split(),
-    "short": """
-        capital translate translation traduce traduis traduz übersetze traduci how_many how_much
-        how_old how_far how_tall whats who which when where year date number percent percentage sum total plus
-        minus times divided square root convert conversion spell spelling synonym antonym
-        opposite define definition abbreviation acronym stand stands plural singular past tense
-        rhymes hi hello hey thanks thank bye goodbye ok okay yes_or_no just_yes one_word
-        one_sentence in_one quick name population tall height weight distance old age born invented
-        founded largest smallest biggest tallest fastest capitale hauptstadt capitale 首都 多少
-        几 什么 翻译 谁 いくつ 何 どこ 誰 翻訳
-        """.split(),
-}
-_LEXICON = {w.replace("_", " "): k for k, ws in LEXICON.items() for w in ws}
-# Scripts without spaces between words: matched as substrings.
-_CJK = [(w, k) for w, k in _LEXICON.items() if any("\u3000" <= ch <= "\u9fff" for ch in w)]
+GROUPS = {"tech": TECH, "code_ask": CODE_ASK, "prose_ask": PROSE_ASK, "short_ask": SHORT_ASK,
+          "why": WHY, "fault": FAULT}
+SHAPES = [(name, re.compile(pattern)) for name, pattern in (
+    ("backtick", r"`"),
+    ("call", r"\b[A-Za-z_]\w*\([^)]*\)"),
+    ("snake", r"\b[a-z]+_[a-z_]+\b"),
+    ("camel", r"\b[a-z]{2,}[A-Z]\w*"),
+    ("dotted", r"\b[A-Za-z_]\w+\.[A-Za-z_]\w+"),
+    ("flag", r"(?:^|\s)--?[A-Za-z]"),
+    ("path", r"(?:^|\s)(?:~|\.{1,2})?/\w"),
+    ("operator", r"==|!=|=>|->|&&|\|\||::|\+=|</|/>|\$\(|\$\{|%>%"),
+    ("error", r"\b\w+(?:Error|Exception)\b|\berrno\b|\bE\d{4}\b"),
+    ("hex", r"\b0x[0-9a-fA-F]+\b"),
+    ("braces", r"[{};]"),
+    ("port", r"\bport \d+|:\d{2,5}\b"),
+)]
+WH = frozenset("what whats which who whom whose when where how".split())
+AUX = frozenset("""is are was were be been does do did can could should would will shall may might
+    must has have had s re makes made happens happened causes caused kind kinds sort type types
+    to about if i you we they it this that the a an my your our their there""".split())
+# Brand-like capitals (GitHub, LinkedIn, YouTube): a feature, but no sign of software alone.
+PASCAL = re.compile(r"\b[A-Z][a-z]+[A-Z]\w*")
 
 
 @dataclass(frozen=True)
@@ -85,10 +65,45 @@ def _bucket(text: str) -> int:
     return zlib.crc32(text.encode("utf-8", "surrogatepass")) % BUCKETS
 
 
+def _lexicon_hits(words: list[str], text: str) -> dict[str, int]:
+    """How many words of each lexicon group the text has (one, two and three-word entries)."""
+    words = [w for w in words if w[0].isalnum()]
+    grams = words + [" ".join(words[i:i + n]) for n in (2, 3, 4) for i in range(len(words) - n + 1)]
+    hits = {group: sum(g in entries for g in grams) for group, entries in GROUPS.items()}
+    for group, entries in CJK.items():
+        hits[group + "_ask"] += sum(e in text for e in entries)
+    return hits
+
+
+def _question_form(words: list[str]) -> str:
+    """How an English question opens: "what year ...", "how deep ..." ask for one fact; "what is
+    ...", "how does ..." may ask for anything."""
+    alpha = [w for w in words if w[0].isalnum()]
+    if len(alpha) < 2 or alpha[0] not in WH:
+        return "form:none"
+    second = alpha[1]
+    if alpha[0] in ("what", "whats") and second in ("is", "are", "s", "re"):
+        rest = alpha[2:]
+        if any(w[0].isdigit() for w in rest):
+            return "form:what-is-number"
+        if "of" in rest or "in" in rest:
+            return "form:what-is-of"  # "what is the capital of ...", "what is 2 in ..."
+        return "form:what-is-bare" if len(rest) <= 3 else "form:what-is"
+    if alpha[0] == "how":
+        return "form:how-aux" if second in AUX else "form:how-adjective"
+    return f"form:{alpha[0]}-aux" if second in AUX else f"form:{alpha[0]}-noun"
+
+
+def code_shapes(text: str) -> list[str]:
+    """Marks of code in the text itself: backticks, identifiers, flags, paths, operators."""
+    return [name for name, pattern in SHAPES if pattern.search(text)]
+
+
 def features(text: str) -> dict[int, float]:
-    """Hashed features → weight. Groups are scaled so no group dominates by sheer count."""
+    """Hashed features -> weight. Groups are scaled so no group dominates by sheer count."""
     low = text.lower()
-    words = WORD.findall(low)
+    raw = TOKEN.findall(CJK_CHAR.sub(r" \1 ", low))
+    words = [DIGIT.sub("0", w) for w in raw]
     feats: dict[int, float] = {}
 
     def add(group: str, grams: list[str], scale: float) -> None:
@@ -99,31 +114,35 @@ def features(text: str) -> dict[int, float]:
             k = _bucket(group + g)
             feats[k] = feats.get(k, 0.0) + w
 
-    add("w:", words, 1.0)
-    add("b:", [a + " " + b for a, b in zip(words, words[1:])], 1.0)
+    add("w:", words, SCALE["w"])
+    add("b:", [a + " " + b for a, b in zip(words, words[1:])], SCALE["b"])
     span = " " + low[:CHAR_SPAN] + " "
-    add("c:", [span[i:i + n] for n in (2, 3, 4) for i in range(len(span) - n + 1)], 1.0)
+    add("c:", [span[i:i + n] for n in (2, 3, 4) for i in range(len(span) - n + 1)], SCALE["c"])
+    hits = _lexicon_hits(raw, low)
+    shapes = code_shapes(text)
+    domain = ("plain", "tech", "tech2")[min(hits["tech"] + len(shapes), 2)]
     n_chars = len(text)
     symbols = sum(ch in CODE_SYMBOLS for ch in text)
     digits = sum(ch.isdigit() for ch in text)
+    head = words[:3]
     shape = [
         f"len{min(int(math.log2(n_chars + 1)), 10)}",
-        f"words{min(len(words), 12) // 2}",
+        f"words{min(len(words), 24) // 3}",
         f"sym{min(int(20 * symbols / max(n_chars, 1)), 6)}",
         f"dig{min(int(20 * digits / max(n_chars, 1)), 6)}",
-        f"first:{words[0] if words else ''}",
-        f"last:{words[-1] if words else ''}",
+        f"first:{' '.join(head[:1])}", f"first2:{' '.join(head[:2])}",
+        f"first3:{' '.join(head)}", f"last:{words[-1] if words else ''}",
         "newline" if "\n" in text else "oneline",
-        "fence" if "```" in text else "nofence",
-        "question" if text.rstrip().endswith("?") else "statement",
+        "question" if text.rstrip().endswith(("?", "？")) else "statement",
+        *(f"shape:{s}" for s in shapes), f"shapes{min(len(shapes), 3)}",
+        "pascal" if PASCAL.search(text) else "nopascal",
+        _question_form(words),
     ]
-    add("s:", shape, 1.0)
-    hits = [_LEXICON[w] for w in words if w in _LEXICON]
-    hits += [_LEXICON[a + " " + b] for a, b in zip(words, words[1:]) if a + " " + b in _LEXICON]
-    hits += [_LEXICON[" ".join(t)] for t in zip(words, words[1:], words[2:])
-             if " ".join(t) in _LEXICON]
-    hits += [k for w, k in _CJK if w in text]
-    add("lex:", hits, 1.5)
+    add("s:", shape, SCALE["s"])
+    lex = [f"{group}{min(n, 3)}" for group, n in hits.items() if n]
+    add("lex:", lex + [domain], SCALE["lex"])
+    # The same words read differently with software in the request ("why does my ... ").
+    add(domain + ":", [*words[:12], *(f"first:{x}" for x in shape[4:7]), *lex], SCALE["x"])
     return feats
 
 
@@ -132,18 +151,19 @@ def _weights():
     import numpy as np
 
     with np.load(MODEL) as data:
-        return data["W"].astype(np.float32), data["b"].astype(np.float32)
+        return (data["W"].astype(np.float32), data["b"].astype(np.float32),
+                float(data["T"]))
 
 
 def scores(text: str) -> list[float]:
-    """Class probabilities, in CLASSES order."""
+    """Calibrated class probabilities, in CLASSES order: softmax(logits / T)."""
     import numpy as np
 
-    W, b = _weights()
+    W, b, temperature = _weights()
     feats = features(text)
     idx = np.fromiter(feats.keys(), dtype=np.int64, count=len(feats))
     val = np.fromiter(feats.values(), dtype=np.float32, count=len(feats))
-    logits = val @ W[idx] + b
+    logits = (val @ W[idx] + b) / temperature
     logits -= logits.max()
     p = np.exp(logits)
     return (p / p.sum()).tolist()

@@ -19,6 +19,7 @@ from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.serve.backend import Backend
 from lemonade_onebit.serve.errors import error_event, error_response, not_supported
 from lemonade_onebit.serve.laya import ROUTE
+from lemonade_onebit.serve.metrics import CONTENT_TYPE, executor_families, render_families, usage_of
 from lemonade_onebit.serve.pool import DeviceState, ExecutorPool
 from lemonade_onebit.serve.relay import StreamRelay, UpstreamError
 from lemonade_onebit.serve.reply import with_model
@@ -54,9 +55,14 @@ LLAMA_EXTRAS: dict[str, str] = {
     "/apply-template": "POST",
     "/slots": "GET",
     "/props": "GET",
-    "/metrics": "GET",
 }
 SLOT_ACTION = re.compile(r"^/slots/\d+$")
+METRICS_PATH = "/metrics"
+# The `path` label of a request: a route's own path, else `other` (any path a client makes up
+# would otherwise be a series of its own).
+LABELLED_PATHS = frozenset({*HEALTH_PATHS, *MODELS_PATHS, *OPENAI_ROUTES, *LLAMA_EXTRAS,
+                            METRICS_PATH})
+EXECUTOR_METRICS_TIMEOUT_S = 2.0
 
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -78,6 +84,8 @@ class ServeApp:
         self.session = session
         self.created = int(time.time())
         self._api_key = f"Bearer {config.api_key}".encode() if config.api_key else None
+        self.metrics = pool.metrics
+        self._executor_metrics_timeout = aiohttp.ClientTimeout(total=EXECUTOR_METRICS_TIMEOUT_S)
 
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_body)
@@ -87,6 +95,20 @@ class ServeApp:
     # -- dispatch -------------------------------------------------------------------------
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        """Answer the request and count it by its route and status."""
+        started = time.monotonic()
+        try:
+            resp = await self._dispatch(request, started)
+        except asyncio.CancelledError:  # the client left before its reply
+            self.metrics.requests.inc(path_label(request.path), 499)
+            raise
+        except Exception:
+            self.metrics.requests.inc(path_label(request.path), 500)
+            raise
+        self.metrics.requests.inc(path_label(request.path), resp.status)
+        return resp
+
+    async def _dispatch(self, request: web.Request, started: float) -> web.StreamResponse:
         path, method = request.path, request.method
         if path in HEALTH_PATHS:
             return self.health() if method in ("GET", "HEAD") else _method_not_allowed(path)
@@ -94,6 +116,9 @@ class ServeApp:
             return _shutting_down()
         if self._api_key is not None and not self._authorized(request):
             return error_response(401, "invalid or missing API key", "invalid_api_key")
+        if path == METRICS_PATH:
+            return await self.metrics_reply() if method in ("GET", "HEAD") else \
+                _method_not_allowed(path)
         if path in MODELS_PATHS:
             return self.models() if method == "GET" else _method_not_allowed(path)
         route = OPENAI_ROUTES.get(path)
@@ -107,7 +132,7 @@ class ServeApp:
             upstream_path, required, option = route
             if option is not None and not getattr(self.config, option):
                 return not_supported(NOT_ENABLED[option])
-            resp = await self.openai(request, upstream_path, required)
+            resp = await self.openai(request, upstream_path, required, started)
             routed = ROUTE.get()
             if routed is not None and not resp.prepared:  # an error the front made itself
                 resp.headers.setdefault("X-1bit-Route", routed)
@@ -177,6 +202,31 @@ class ServeApp:
             }],
         })
 
+    async def metrics_reply(self) -> web.Response:
+        """Serve's own metrics, then each ready llama-server's (each sample labelled with its
+        device); an executor that does not answer within `EXECUTOR_METRICS_TIMEOUT_S` is left
+        out, and serve's own still answer."""
+        backends = self.pool.ready_backends()
+        texts = await asyncio.gather(*(self._executor_metrics(b) for b in backends
+                                       if b.launcher.info.llama_server_api))
+        families: dict = {}
+        for device, text in texts:
+            if text:
+                executor_families(text, device, families)
+        body = self.metrics.render(self.pool.states()) + render_families(families,
+                                                                         self.metrics.names)
+        return web.Response(body=body.encode(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def _executor_metrics(self, backend: Backend) -> tuple[str, str | None]:
+        try:
+            async with self.session.get(backend.base_url + METRICS_PATH, headers=backend.headers,
+                                        timeout=self._executor_metrics_timeout) as up:
+                if up.status != 200:  # e.g. 501: started without --metrics
+                    return backend.device, None
+                return backend.device, (await up.read()).decode("utf-8", "replace")
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return backend.device, None
+
     # -- forwarded routes -----------------------------------------------------------------
 
     def _not_ready(self, backend: Backend) -> web.Response | None:
@@ -209,7 +259,8 @@ class ServeApp:
             return error_response(400, f"the request body cannot be read: {exc}", "invalid_body")
 
     async def openai(
-        self, request: web.Request, upstream_path: str, required: tuple[str, ...]
+        self, request: web.Request, upstream_path: str, required: tuple[str, ...],
+        started: float,
     ) -> web.StreamResponse:
         body = await self._read_body(request)
         if isinstance(body, web.Response):
@@ -241,7 +292,8 @@ class ServeApp:
             except RecursionError:
                 return _too_deep()
         if payload.get("stream") is True:
-            resp = await self._relay_stream(request, backend, upstream_path, body, extra_headers)
+            resp = await self._relay_stream(request, backend, upstream_path, body, extra_headers,
+                                            started)
         else:
             resp = await self._relay(backend, backend.base_url + upstream_path, "POST", body,
                                      rewrite=upstream_path in REWRITE_MODEL, headers=extra_headers)
@@ -293,7 +345,8 @@ class ServeApp:
         except aiohttp.ClientError as exc:
             return error_response(502, self._upstream_failure(backend, exc), "executor_failed")
         status, ctype = up.status, up.headers.get("Content-Type", "application/json")
-        if rewrite and status == 200:
+        if rewrite and status == 200:  # a completion: its tokens, then the served id
+            self.metrics.tokens(backend.device, usage_of(data))
             data = self._rewrite_model(data)
         return web.Response(status=status, body=data,
                             headers={"Content-Type": ctype, **(headers or {})})
@@ -303,7 +356,7 @@ class ServeApp:
 
     async def _relay_stream(
         self, request: web.Request, backend: Backend, upstream_path: str, body: bytes,
-        extra_headers: dict,
+        extra_headers: dict, started: float,
     ) -> web.StreamResponse:
         relay = StreamRelay(self._request_bytes(backend, upstream_path, body))
         try:
@@ -337,6 +390,7 @@ class ServeApp:
                     backend, UpstreamError("the executor closed the stream before its end"))
             except asyncio.TimeoutError:
                 failure = self._silence()
+            self._record_stream(backend, relay, started, failure is None)
             if failure is not None:
                 if not relay.at_chunk_boundary():  # no way to finish a chunk cut in half
                     request.transport.abort()
@@ -346,6 +400,15 @@ class ServeApp:
             return resp
         finally:
             relay.close()
+
+    def _record_stream(self, backend: Backend, relay: StreamRelay, started: float,
+                       finished: bool) -> None:
+        """A stream's time to first event; once it finished, its tokens and decode rate."""
+        if not relay.first_body:
+            return
+        usage = usage_of(relay.tail()) if finished else None
+        self.metrics.stream(backend.device, relay.first_body - started,
+                            relay.last_body - relay.first_body, usage)
 
     @staticmethod
     def _request_bytes(backend: Backend, path: str, body: bytes) -> bytes:
@@ -382,6 +445,12 @@ class ServeApp:
             return "serve is shutting down"
         why = backend.supervisor.failure or f"{type(exc).__name__}: {exc}".rstrip(": ")
         return f"executor failed: {why}"
+
+
+def path_label(path: str) -> str:
+    if path in LABELLED_PATHS:
+        return path
+    return "/slots/{id}" if SLOT_ACTION.match(path) else "other"
 
 
 def _method_not_allowed(path: str) -> web.Response:

@@ -33,6 +33,11 @@ probability = number(float, "a number", lambda v: 0.0 <= v <= 1.0, "must be betw
 seconds = number(float, "a number of seconds", lambda v: v > 0, "must be greater than 0")
 
 
+def count_or_auto(text: str) -> int | None:
+    """A whole number > 0, or `auto` (None: the default, which each route sizes its own way)."""
+    return None if text == "auto" else positive_int(text)
+
+
 def _registry():
     from lemonade_onebit.backends import launchers
 
@@ -63,6 +68,7 @@ def route_options() -> tuple[RouteOption, ...]:
 _KIND_ARGS = {
     "text": lambda o: {"metavar": o.metavar or "VALUE"},
     "count": lambda o: {"type": positive_int, "metavar": o.metavar or "N"},
+    "count-or-auto": lambda o: {"type": count_or_auto, "metavar": o.metavar or "N|auto"},
     "probability": lambda o: {"type": probability, "metavar": o.metavar or "P"},
     "switch": lambda o: {"action": "store_true"},
     "choice": lambda o: {"choices": o.choices},
@@ -108,6 +114,9 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
                    help="answer 502 when the executor sends nothing for S seconds (600)")
     s.add_argument("--max-body-mb", type=positive_int, default=16, metavar="N",
                    help="largest request body accepted, in MiB (16)")
+    s.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="stderr lines as text (default), or one JSON object each (time, level, "
+                   "message, source, fields) for a service manager; the executor's lines too")
     # Last, so an option a launcher declares cannot take one of serve's own flags.
     r = s.add_argument_group("route options (a route that cannot honour one refuses it)")
     for option in route_options():
@@ -147,6 +156,7 @@ def serve_config(ns: argparse.Namespace, extra: list[str]) -> ServeConfig:
         no_recipes=ns.no_recipes, api_key=ns.api_key, extra_args=tuple(extra),
         load_timeout=ns.load_timeout, executor_timeout=ns.executor_timeout,
         max_body=ns.max_body_mb * 1024 * 1024,
+        log_format=ns.log_format,
     )
 
 

@@ -17,7 +17,7 @@ from lemonade_onebit.backends.base import Launcher
 from lemonade_onebit.backends.executors import executor_hint, explicit_executor, resolve_executor
 from lemonade_onebit.catalog.resolve import resolve_model
 from lemonade_onebit.config import ServeConfig
-from lemonade_onebit.console import line
+from lemonade_onebit.console import say
 from lemonade_onebit.errors import RecipeError, RunError, UsageError
 from lemonade_onebit.modelref import ModelRef
 from lemonade_onebit.route import check_route, choose_launcher, stamp_route
@@ -25,9 +25,10 @@ from lemonade_onebit.serve.process import free_port, merged_env
 from lemonade_onebit.serve.supervisor import ExecutorSpec
 
 
-def log(message: str) -> None:
-    """One whole line on stderr, which serve shares with the executor it relays."""
-    line(f"1bit serve: {message}")
+def log(message: str, level: str = "info", **fields) -> None:
+    """One whole line on stderr, which serve shares with the executor it relays; `fields` show
+    only with `--log-format json`."""
+    say("1bit serve", message, level, **fields)
 
 
 def gguf_facts(path):
@@ -96,6 +97,13 @@ def plan(config: ServeConfig, say=log) -> Plan:
     launcher_cls, why = choose_launcher(model.kind, config.device, launchers())
     check_route(config, launcher_cls, launchers())
     launcher = launcher_cls()
+    if facts is not None and launcher.info.llama_server_api \
+            and not explicit_executor(launcher, config):
+        from lemonade_onebit.registry import gguf_refusal
+
+        refusal = gguf_refusal(facts.architecture, launcher.info.device)
+        if refusal:
+            raise RunError(refusal)
     if config.device != "auto" and not launcher.available():
         if not explicit_executor(launcher, config):
             raise RunError(
@@ -108,15 +116,34 @@ def plan(config: ServeConfig, say=log) -> Plan:
     if config.device == "auto":
         say(why)
     say(f"{model.served_id} on {launcher.info.device} ({executor})")
+    workers = []
+    if config.rpc:
+        from lemonade_onebit.rpc import check_workers, parse_endpoints
+
+        workers = check_workers(parse_endpoints(config.rpc))
+        for worker in workers:
+            say(f"RPC worker {worker.describe()}")
 
     port = free_port()
     auth_env = launcher.info.auth_env
     upstream_key = ((os.environ.get(auth_env) if auth_env else None)
                     or base64.urlsafe_b64encode(os.urandom(24)).decode().rstrip("="))
     argv = launcher.argv(executor, model, port, config)
+    if workers:
+        from lemonade_onebit.rpc import layer_split
+
+        argv = layer_split(argv, workers, facts.block_count if facts else None,
+                           local=launcher.info.device != "cpu", say=say)
     env = merged_env(launcher.env(config, model))
     if launcher.info.llama_server_api:
         argv, env = apply_recipes_to(config, launcher.info.device, facts, argv, env, say)
+        from lemonade_onebit.serve.slots import size_slots
+
+        argv = size_slots(config, launcher, model, facts, argv, say)
+        if facts is not None and facts.moe:
+            from lemonade_onebit.moe.apply import place_experts
+
+            argv = place_experts(argv, model.path, launcher.info.device, config.extra_args, say)
     if auth_env:
         env[auth_env] = upstream_key  # the private port answers only to serve
     spec = ExecutorSpec(argv=argv, env=env, port=port, readiness=launcher.info.readiness)

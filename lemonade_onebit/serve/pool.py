@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING
 
 from lemonade_onebit.errors import RunError
 from lemonade_onebit.serve.backend import Backend
+from lemonade_onebit.serve.metrics import ServeMetrics
 from lemonade_onebit.serve.plan import log
-from lemonade_onebit.serve.supervisor import ExecutorSpec, Supervisor
+from lemonade_onebit.serve.supervisor import ExecutorSpec, State, Supervisor
 
 if TYPE_CHECKING:
     import asyncio
@@ -121,6 +122,7 @@ class ExecutorPool:
     def __init__(self, load_timeout: float, say=log) -> None:
         self.load_timeout = load_timeout
         self.say = say
+        self.metrics = ServeMetrics()  # deaths, restarts and load times are recorded here
         self._primary: Backend | None = None
         self._records: dict[str, DeviceRecord] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -180,6 +182,9 @@ class ExecutorPool:
     def _ready(self, record: DeviceRecord) -> None:
         record.state, record.ready_since = DeviceState.READY, time.monotonic()
         record.reason = None
+        started = record.backend.supervisor.started_at if record.backend else None
+        if started is not None:
+            self.metrics.load_seconds.set(record.device, value=record.ready_since - started)
 
     def state(self, device: str) -> DeviceState | None:
         record = self._records.get(device)
@@ -188,6 +193,11 @@ class ExecutorPool:
     def states(self) -> dict[str, str]:
         """Each device the pool has a record of, and its state: what `/health` reports."""
         return {device: record.state.value for device, record in self._records.items()}
+
+    def ready_backends(self) -> list[Backend]:
+        """The backends whose executor serves now."""
+        return [r.backend for r in self._records.values() if r.backend is not None
+                and r.state is DeviceState.READY and r.backend.status.state is State.READY]
 
     def reason(self, device: str) -> str | None:
         """Why `device` is unusable or restarting, or None."""
@@ -275,18 +285,23 @@ class ExecutorPool:
             record.deaths = 0
         record.deaths += 1
         record.ready_since, record.reason = None, reason
-        self.say(f"{record.device}: the executor died: {reason}")
+        self.metrics.deaths.inc(record.device)
+        self.say(f"{record.device}: the executor died: {reason}", "warning",
+                 device=record.device, event="executor_died", reason=reason)
         if record.deaths >= MAX_DEATHS:
             record.state = DeviceState.UNUSABLE
             record.reason = f"the executor died {record.deaths} times in a row, last: {reason}"
-            self.say(f"{record.device}: not restarting it again: {record.reason}")
+            self.say(f"{record.device}: not restarting it again: {record.reason}", "error",
+                     device=record.device, event="executor_given_up")
             if record.backend is self._primary and self.gave_up and not self.gave_up.done():
                 self.gave_up.set_result(record.reason)
             return
         delay = backoff(record.deaths)
         record.state = DeviceState.RESTARTING
         self.say(f"{record.device}: restarting the executor in {delay:g} s "
-                 f"(death {record.deaths} of {MAX_DEATHS} before serve gives up)")
+                 f"(death {record.deaths} of {MAX_DEATHS} before serve gives up)",
+                 device=record.device, event="executor_restarting", delay_s=delay,
+                 deaths=record.deaths)
         record.start = asyncio.ensure_future(self._restart(record, delay))
 
     async def _restart(self, record: DeviceRecord, delay: float) -> None:
@@ -299,6 +314,7 @@ class ExecutorPool:
         assert backend is not None
         supervisor = self._supervisor(record, backend.supervisor.spec)
         backend.supervisor = supervisor
+        self.metrics.restarts.inc(record.device)
         try:
             supervisor.start()  # on the loop, so on the main thread: see `launch`
             await supervisor.wait_ready(self._session)
@@ -307,7 +323,8 @@ class ExecutorPool:
                 self._died(record, str(exc))
             return
         self._ready(record)
-        self.say(f"{record.device}: the executor is back and ready")
+        self.say(f"{record.device}: the executor is back and ready", device=record.device,
+                 event="executor_back", load_s=round(self.metrics.load_seconds.get(record.device), 3))
 
     # -- stop ---------------------------------------------------------------------------------
 

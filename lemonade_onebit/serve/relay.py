@@ -9,6 +9,7 @@ that an error event can be inserted at a chunk boundary.
 from __future__ import annotations
 
 import asyncio
+import collections
 import errno
 import socket
 import time
@@ -20,6 +21,7 @@ from typing import cast
 HIGH_WATER = 1 << 20
 LOW_WATER = 1 << 18
 DRAIN_POLL_S = 0.02
+TAIL_READS = 4  # the final event, `[DONE]` and the last chunk can each come in a read of their own
 
 
 class UpstreamError(Exception):
@@ -42,6 +44,11 @@ class StreamRelay(asyncio.Protocol):
         self.status = 0
         self.headers: dict[str, str] = {}
         self.last_data = time.monotonic()
+        # For the metrics, O(1) per read: when the body's first and last bytes came, and the last
+        # reads, where the executor's final event (its `usage` or `timings`) is.
+        self.first_body = 0.0
+        self.last_body = 0.0
+        self._tail: collections.deque[bytes] = collections.deque(maxlen=TAIL_READS)
         self.transport: asyncio.Transport | None = None
         self._head_buf = b""
         self._pending = bytearray()  # body bytes that came before a sink was attached
@@ -98,7 +105,7 @@ class StreamRelay(asyncio.Protocol):
         self._request = b""
 
     def data_received(self, data: bytes) -> None:
-        self.last_data = time.monotonic()
+        now = self.last_data = time.monotonic()
         if not self.head.done():
             self._head_buf += data
             end = self._head_buf.find(b"\r\n\r\n")
@@ -114,6 +121,10 @@ class StreamRelay(asyncio.Protocol):
             self.head.set_result(None)
             if not data:
                 return
+        if not self.first_body:
+            self.first_body = now
+        self.last_body = now
+        self._tail.append(data)
         if self._sink is None and not self._collecting:
             self._pending += data
             return
@@ -150,6 +161,10 @@ class StreamRelay(asyncio.Protocol):
     def collected(self) -> bytes:
         """The whole body, without chunk framing (after `done` resolved True)."""
         return dechunk(bytes(self._collect)) if self._chunked else bytes(self._collect)
+
+    def tail(self) -> bytes:
+        """The body's last reads as they came (chunk framing included)."""
+        return b"".join(self._tail)
 
     def at_chunk_boundary(self) -> bool:
         return self._need == 0 and not self._size_line

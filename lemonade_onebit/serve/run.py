@@ -10,6 +10,7 @@ import signal
 import socket
 
 from lemonade_onebit.config import ServeConfig
+from lemonade_onebit.console import set_log_format
 from lemonade_onebit.errors import RunError
 from lemonade_onebit.serve.plan import Plan, log, plan
 from lemonade_onebit.serve.pool import ExecutorPool
@@ -23,6 +24,7 @@ DRAIN_S = 0.3  # after the executors stopped, how long replies in flight get to 
 
 def run(config: ServeConfig) -> int:
     """Plan, bind the public port, start the executor, then serve."""
+    set_log_format(config.log_format)  # first: every line from here on, a failure's too
     policy = None
     if config.laya:  # a bad policy file stops serve before anything is decided or started
         from lemonade_onebit.laya.policy import load_policy

@@ -36,6 +36,7 @@ DRAIN_GRACE_S = 0.5  # after exit, how long the last output may take (llama-swap
 # llama.cpp's log prefix (`0.00.009.180 E `): time and level. Its level says which lines are
 # errors; lines without it (other executors, an abort, older builds) are read by their words.
 LLAMA_LOG = re.compile(r"^\d+(?:\.\d+){3} ([A-Z]) ")
+LLAMA_LEVELS = {"E": "error", "W": "warning", "I": "info", "D": "debug"}
 TELLING_WORDS = ("error", "fail", "unable", "invalid", "cannot", "can't", "abort", "out of memory",
                  "assert", "exception", "terminate", "segmentation fault", "fatal", "panic",
                  "not found", "no such", "denied")
@@ -93,6 +94,7 @@ class Supervisor:
         self.load_timeout = load_timeout
         self.proc: subprocess.Popen | None = None
         self.returncode: int | None = None
+        self.started_at: float | None = None  # time.monotonic() of the spawn
         self._status = Status(State.LOADING)
         self._lock = threading.Lock()
         self._gone = threading.Event()  # the process has exited (or never started)
@@ -132,6 +134,7 @@ class Supervisor:
     def start(self) -> None:
         """Spawn the executor. No event loop is needed yet, so serve can start the executor
         first and set up its HTTP front while the model loads."""
+        self.started_at = time.monotonic()
         try:
             self.proc = spawn(self.spec.argv, self.spec.env)
         except OSError as exc:
@@ -167,6 +170,7 @@ class Supervisor:
     def _drain(self) -> None:
         """Relay the child's output to stderr and keep its last lines; nothing else."""
         assert self.proc is not None and self.proc.stdout is not None
+        program = os.path.basename(self.spec.argv[0])
         try:
             for raw in self.proc.stdout:
                 line = raw.decode("utf-8", "replace").rstrip("\n")
@@ -176,7 +180,8 @@ class Supervisor:
                     # New output while loading ("server is listening", "model loaded"): poll
                     # now rather than at the next tick.
                     self._wake()
-                write_line(line)  # whole lines only: serve's own lines share this stderr
+                # whole lines only: serve's own lines share this stderr
+                write_line(line, **executor_record(line, program))
         finally:
             self._drained.set()
 
@@ -258,6 +263,16 @@ class Supervisor:
     def wait_gone(self, timeout: float) -> bool:
         """Block until the process has exited, at most `timeout` seconds."""
         return self._gone.wait(timeout)
+
+
+def executor_record(line: str, program: str) -> dict[str, str]:
+    """What `--log-format json` makes of one executor line: its level from llama.cpp's prefix
+    (which is left out of the message), `info` for a line without one."""
+    prefix = LLAMA_LOG.match(line)
+    if prefix is None:
+        return {"message": line, "level": "info", "source": program}
+    level = LLAMA_LEVELS.get(prefix.group(1), "info")
+    return {"message": line[prefix.end():], "level": level, "source": program}
 
 
 def telling_line(lines: list[str]) -> str | None:

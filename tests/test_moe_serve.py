@@ -1,0 +1,139 @@
+"""The tiny MoE end to end with the real llama-server: served on the cpu route, the expert plan on
+a GPU route, routing traces from libllama, and the placement benchmark's plumbing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ONEBIT, http, sse_events
+
+from lemonade_onebit.moe import plan as P
+from lemonade_onebit.moe.inspect import read_index
+from lemonade_onebit.moe.simulate import load_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+ASK = {"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 16,
+       "temperature": 0, "stream": True}
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("ONEBIT_GPU_BUDGET_GIB", raising=False)
+
+
+def streamed_text(url: str) -> str:
+    status, raw = http("POST", url + "/v1/chat/completions", ASK)
+    assert status == 200, raw
+    events = sse_events(raw)
+    assert events[-1] == b"[DONE]"
+    return "".join(json.loads(e)["choices"][0]["delta"].get("content") or ""
+                   for e in events[:-1] if json.loads(e).get("choices"))
+
+
+def executor_argv(serve) -> list[str]:
+    children = [p for p in serve.children() if p.name() == "llama-server"]
+    assert len(children) == 1
+    return children[0].cmdline()
+
+
+def test_serve_streams_a_reply_from_the_tiny_moe_on_the_cpu_route(start_serve, moe_tiny):
+    serve = start_serve("-m", str(moe_tiny), "--alias", "moe").wait_ready()
+    assert len(streamed_text(serve.url)) > 0
+    assert "expert placement" not in serve.log()  # every weight is in RAM there already
+    assert not {"--n-cpu-moe", "--cpu-moe", "--load-mode"} & set(executor_argv(serve))
+
+
+@pytest.mark.parametrize("extra,added", [
+    (0, ["--n-cpu-moe", "2"]),
+    (40 * 1024, ["--n-cpu-moe", "1", "-ot", r"blk\.1\.ffn_up_exps=CPU,blk\.1\.ffn_down_exps=CPU"]),
+])
+def test_a_gpu_route_applies_and_logs_the_plan(start_serve, fake_sysfs, moe_tiny, llama_server,
+                                               extra, added):
+    """The CPU llama-server stands in for the CUDA build (it takes the same flags and ignores
+    -ngl); the GPU budget comes from ONEBIT_GPU_BUDGET_GIB: half the experts fit, or half and one
+    more expert tensor, which splits layer 1 with -ot."""
+    env = fake_sysfs("nvidia-gpu")
+    index = read_index(moe_tiny)
+    budget = P.budget_for(index, P.Workload(ctx=4096), 0.5) + extra
+    env = {**env, "ONEBIT_GPU_BUDGET_GIB": repr(budget / P.GiB)}
+    serve = start_serve("-m", str(moe_tiny), "--device", "cuda", "--llama-server", llama_server,
+                        "--", "-c", "4096", env=env).wait_ready()
+    argv = executor_argv(serve)
+    at = argv.index(added[0])
+    assert argv[at:at + len(added)] == added
+    assert argv[argv.index("--load-mode") + 1] in ("mlock", "none")
+    log = serve.log()
+    assert "of GPU budget ($ONEBIT_GPU_BUDGET_GIB) holds the dense weights" in log
+    assert f"expert placement: adding {' '.join(added)} --load-mode" in log
+    assert len(streamed_text(serve.url)) > 0
+
+
+def test_a_placement_flag_after_the_dashes_wins(start_serve, fake_sysfs, moe_tiny, llama_server):
+    env = {**fake_sysfs("nvidia-gpu"), "ONEBIT_GPU_BUDGET_GIB": "0.5"}
+    serve = start_serve("-m", str(moe_tiny), "--device", "cuda", "--llama-server", llama_server,
+                        "--", "--cpu-moe", env=env).wait_ready()
+    argv = executor_argv(serve)
+    assert "--cpu-moe" in argv and "--n-cpu-moe" not in argv and "--load-mode" not in argv
+    assert "expert placement: left to the given -cmoe" in serve.log()
+
+
+@pytest.mark.executor
+def test_trace_records_every_tokens_experts_and_simulate_reads_it(moe_tiny, tmp_path):
+    out = tmp_path / "trace.jsonl"
+    done = subprocess.run([ONEBIT, "moe", "trace", str(moe_tiny), "--prompt", "Tell me a story.",
+                           "--tokens", "12", "--ignore-eos", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    trace = load_trace(out)
+    prompt = trace.meta["prompt_tokens"]
+    assert prompt > 3 and len(trace.tokens) == prompt + 12
+    assert (trace.n_layer, trace.n_expert, trace.n_expert_used) == (4, 8, 2)
+    assert all(len(ids) == 2 for token in trace.tokens for ids in token)
+    again = tmp_path / "again.jsonl"
+    subprocess.run([ONEBIT, "moe", "trace", str(moe_tiny), "--prompt", "Tell me a story.",
+                    "--tokens", "12", "--ignore-eos", "--out", str(again)], check=True,
+                   capture_output=True, timeout=120)
+    assert load_trace(again).tokens == trace.tokens  # greedy and deterministic
+    sim = subprocess.run([ONEBIT, "moe", "simulate", "--trace", str(out), "--slots", "2,8",
+                          "--json"], capture_output=True, text=True, timeout=60)
+    rates = {(r["policy"], r["per_layer_slots"]): r["hit_rate"]
+             for r in json.loads(sim.stdout)["results"]}
+    seen = {(layer, e) for token in trace.tokens for layer, ids in enumerate(token) for e in ids}
+    assert rates[("lru", 8)] == pytest.approx(1 - len(seen) / trace.accesses)  # all 8 held
+    assert rates[("belady", 2)] >= rates[("lru", 2)]
+
+
+@pytest.mark.executor
+def test_trace_refuses_a_dense_model(smollm2, tmp_path):
+    done = subprocess.run([ONEBIT, "moe", "trace", str(smollm2), "--prompt", "hi", "--tokens",
+                           "2", "--out", str(tmp_path / "t.jsonl")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1 and "not a mixture of experts" in done.stderr
+
+
+@pytest.mark.executor
+@pytest.mark.slow
+def test_the_placement_benchmark_runs_every_config(moe_tiny, llama_server, tmp_path):
+    """bench/moe_speed.py at a toy size on the CPU build (the figures mean nothing here; the GPU
+    machine gives the real ones): every config and budget runs and is recorded."""
+    out = tmp_path / "moe.json"
+    done = subprocess.run(
+        [sys.executable, "bench/moe_speed.py", "--model", str(moe_tiny), "--llama-server",
+         llama_server, "--budgets", "100,50", "--rounds", "1", "--prompt-tokens", "32",
+         "--decode-tokens", "4", "--reps", "1", "--gpu-free-mib", "100000", "--json", str(out),
+         "--logs", str(tmp_path / "logs")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    runs = {(s["config"], s["budget_pct"]) for s in data["samples"]}
+    assert runs == {("plan", 100), ("plan", 50), ("fit", 100), ("fit", 50), ("cpu-moe", 50)}
+    assert all(min(s["decode_tps"]) > 0 and min(s["prompt_tps"]) > 0 for s in data["samples"])
+    fit = next(s for s in data["samples"] if s["config"] == "fit" and s["budget_pct"] == 50)
+    assert fit["fit_target_mib"] == 100000 - data["meta"]["budgets_mib"]["50"]
+    plan = next(s for s in data["samples"] if s["config"] == "plan" and s["budget_pct"] == 50)
+    assert "--n-cpu-moe" in plan["argv"] and plan["planned"]["resident_fraction"] == 0.5
+    assert "| experts resident (budget) |" in done.stdout
