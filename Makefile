@@ -59,8 +59,9 @@ registry-check: setup $(REG_VENV)/.setup-done
 # `1bit convert` measured (docs/kernels.md): SmolLM2 perplexity plain vs rotated at Q4_0, Q3_K,
 # Q2_K with and without an importance matrix (~25 min on 2 cores), the H32 error table, and where
 # the rotated model loses (a numpy forward pass, ~5 min).
-# kernels-speed: decode and prompt speed of the plain and the rotated Q4_0 on the cpu route
-# (after kernels-bench, which leaves both files in KERNELS_WORK).
+# kernels-speed: decode and prompt speed of the plain and the rotated Q4_0 on the cpu route,
+# interleaved with `1bit bench`, and their instructions per token under callgrind (after
+# kernels-bench, which leaves both files in KERNELS_WORK; ~30 min).
 KERNELS_WORK ?= /tmp/kernels-ppl
 kernels-bench: setup
 	$(VENV)/bin/python bench/kernels_ppl.py --work $(KERNELS_WORK) $(BENCH_ARGS)
@@ -73,6 +74,7 @@ kernels-speed: setup
 		--config "plain=--device cpu" \
 		--config "rotated=--device cpu -m $(KERNELS_WORK)/smollm2-rot.Q4_0.gguf" \
 		--json bench/results/kernels-speed.json
+	$(VENV)/bin/python bench/kernels_instructions.py --work $(KERNELS_WORK)
 
 # The torch path of `1bit convert` against numpy, byte for byte, with torch's CPU wheel kept
 # out of .venv/ (in .cache/kernels-torch/).

@@ -17,6 +17,10 @@ for p in "$P1" "$P2"; do
   pids+=($!)
 done
 for _ in $(seq 100); do $ONEBIT devices --rpc "127.0.0.1:$P1,127.0.0.1:$P2" >/dev/null 2>&1 && break; sleep 0.1; done
+# In the background and waited for, so a stop of this script stops it too.
 $ONEBIT bench -m "$MODEL" --config "local=--device cpu" \
   --config "rpc=--device cpu --rpc 127.0.0.1:$P1,127.0.0.1:$P2" \
-  --rounds "${ROUNDS:-3}" --decode-tokens 128 --json bench/results/rpc-cpu.json
+  --rounds "${ROUNDS:-3}" --prompt-reps "${PROMPT_REPS:-2}" --decode-reps "${DECODE_REPS:-1}" \
+  --decode-tokens 128 --json bench/results/rpc-cpu.json &
+pids+=($!)
+wait "${pids[-1]}"
