@@ -11,6 +11,7 @@ from lemonade_onebit.errors import UsageError
 from lemonade_onebit.lemonade import DEFAULT_URL, VARIANT_ROUTES
 from lemonade_onebit.serve.options import (
     add_serve_arguments,
+    counts,
     port_number,
     positive_int,
     serve_config,
@@ -24,26 +25,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _token_counts(text: str) -> tuple[int, ...]:
-    try:
-        counts = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 128,512,2048") from None
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: every length must be greater than 0")
-    return counts
-
-
-def _stream_counts(text: str) -> tuple[int, ...]:
-    try:
-        counts = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 1,8,32") from None
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: every level must be at least 1 stream")
-    return counts
-
-
+_token_counts = counts("128,512,2048", "every length must be greater than 0")
+_stream_counts = counts("1,8,32", "every level must be at least 1 stream")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from lemonade_onebit.errors import RunError, UsageError
+from lemonade_onebit.serve.options import counts, number
 
 DESCRIPTION = (
     "Mixture-of-experts models bigger than the GPU. inspect: the routed experts of each layer, "
@@ -18,26 +19,10 @@ DESCRIPTION = (
 
 
 def _number(convert, what: str):
-    def parse(text: str):
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
-        return value
-
-    return parse
+    return number(convert, what, lambda v: v > 0, "must be greater than 0")
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 4,8,16") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: every count must be at least 1")
-    return values
+_ints = counts("4,8,16", "every count must be at least 1")
 
 
 def _policies(text: str) -> tuple[str, ...]:

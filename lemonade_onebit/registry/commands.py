@@ -195,18 +195,9 @@ DESCRIPTION = (
 
 
 def _positive(convert):
-    import argparse
+    from lemonade_onebit.serve.options import number
 
-    def parse(text: str):
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
-        return value
-
-    return parse
+    return number(convert, "a number", lambda v: v > 0, "must be greater than 0")
 
 
 CENSUS_ONLY = ("out", "quiet", "max_pages")

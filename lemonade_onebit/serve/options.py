@@ -27,6 +27,21 @@ def number(convert, what: str, valid, rule: str):
     return parse
 
 
+def counts(example: str, rule: str):
+    """An argparse type: a comma-separated list of whole numbers, each at least 1."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(part) for part in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a list like {example}") from None
+        if not values or min(values) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: {rule}")
+        return values
+
+    return parse
+
+
 positive_int = number(int, "a whole number", lambda v: v > 0, "must be greater than 0")
 port_number = number(int, "a whole number", lambda v: 0 < v <= 65535, "is not a port (1-65535)")
 probability = number(float, "a number", lambda v: 0.0 <= v <= 1.0, "must be between 0 and 1")
