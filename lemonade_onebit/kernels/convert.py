@@ -305,7 +305,6 @@ def hadamard_q4_0(source: Path, out: Path, device: str = "auto", quiet: bool = F
     """Every matrix but the embeddings as Q4_0 of W·H32 along its rows; the embeddings as plain
     Q4_0 (they are looked up, not multiplied); vectors and odd shapes copied."""
     from gguf.constants import GGMLQuantizationType as T
-    from gguf.constants import LlamaFileType
 
     xp = compute.backend(device)
     src = _open(source)
@@ -340,19 +339,9 @@ def hadamard_q4_0(source: Path, out: Path, device: str = "auto", quiet: bool = F
     _check_space(out, sum(t.nbytes() for t in tensors))
     report.tensors = len(tensors)
     report.transformed = sum(kind == "h32" for *_, kind in layout)
-    try:
-        digest = _source_hash(src, progress, report)
-        extra = {gguffile.TRANSFORM_KEY: "hadamard-q4_0", gguffile.ROTATION_KEY: "walsh-hadamard-32",
-                 gguffile.SOURCE_KEY: digest, H32_KEY: 32}
-        start = time.perf_counter()
-        with gguffile.atomic(out) as tmp:
-            bar = progress.start(sum(t.nbytes() for t in tensors), "rotating and quantising")
-            gguffile.write(tmp, src, tensors, extra, LlamaFileType.MOSTLY_Q4_0, bar)
-        report.seconds["convert"] = round(time.perf_counter() - start, 3)
-        report.out_bytes = out.stat().st_size
-    finally:
-        progress.close()
-    return report
+    extra = {gguffile.TRANSFORM_KEY: "hadamard-q4_0", gguffile.ROTATION_KEY: "walsh-hadamard-32",
+             gguffile.SOURCE_KEY: None, H32_KEY: 32}
+    return _write_q4_0(src, out, tensors, extra, "rotating and quantising", progress, report)
 
 
 # --- ternary --------------------------------------------------------------------------------
@@ -361,7 +350,6 @@ def hadamard_q4_0(source: Path, out: Path, device: str = "auto", quiet: bool = F
 def ternary_q4_0(source: Path, out: Path, quiet: bool = False) -> Report:
     """Every TQ1_0 / TQ2_0 tensor as Q4_0 (lossless), everything else copied byte for byte."""
     from gguf.constants import GGMLQuantizationType as T
-    from gguf.constants import LlamaFileType
 
     from lemonade_onebit.kernels.ternary import q4_0_from_ternary
 
@@ -381,13 +369,21 @@ def ternary_q4_0(source: Path, out: Path, quiet: bool = False) -> Report:
     _check_space(out, sum(t.nbytes() for t in tensors))
     report.tensors = len(tensors)
     report.transformed = len(ternary)
-    progress = _Progress(quiet)
+    extra = {gguffile.TRANSFORM_KEY: "ternary-q4_0", gguffile.SOURCE_KEY: None}
+    return _write_q4_0(src, out, tensors, extra, "repacking", _Progress(quiet), report)
+
+
+def _write_q4_0(src: gguffile.Source, out: Path, tensors: list, extra: dict, what: str,
+                progress: _Progress, report: Report) -> Report:
+    """The source's sha256 into `extra`'s SOURCE_KEY (its place kept), then the tensors as a Q4_0
+    file under OUT, atomically."""
+    from gguf.constants import LlamaFileType
+
     try:
-        digest = _source_hash(src, progress, report)
-        extra = {gguffile.TRANSFORM_KEY: "ternary-q4_0", gguffile.SOURCE_KEY: digest}
+        extra = {**extra, gguffile.SOURCE_KEY: _source_hash(src, progress, report)}  # in place
         start = time.perf_counter()
         with gguffile.atomic(out) as tmp:
-            bar = progress.start(sum(t.nbytes() for t in tensors), "repacking")
+            bar = progress.start(sum(t.nbytes() for t in tensors), what)
             gguffile.write(tmp, src, tensors, extra, LlamaFileType.MOSTLY_Q4_0, bar)
         report.seconds["convert"] = round(time.perf_counter() - start, 3)
         report.out_bytes = out.stat().st_size
