@@ -42,17 +42,30 @@ def test_the_set_names_candidates_and_no_candidate_ships_yet():
     assert not {r["id"] for r in items} & set(ids)
 
 
-def test_the_configs_are_defaults_auto_each_candidate_and_the_set_in_that_order():
+def test_the_configs_are_defaults_auto_each_candidate_serve_and_the_set_in_that_order():
     specs = driver.configs("/b/llama-server", None)
     names = [s.split("=", 1)[0] for s in specs]
     assert names == ["defaults", "auto", "auto+fa-on", "auto+batch-4096", "auto+kv-q8",
-                     "auto+kv-unified", "set"]
-    route = "--device cuda --llama-server /b/llama-server"
+                     "auto+kv-unified", "auto+no-idle-cache", "serve", "set"]
+    serve = "--device cuda --llama-server /b/llama-server"
+    route = f"{serve} --no-recipes"  # the shipped cuda recipes stay out of the baselines
     assert specs[0] == f"defaults={route} -- -np -1" and specs[1] == f"auto={route}"
-    assert specs[-1] == f"set={route} -- -fa on -b 4096 -ub 1024"
+    assert specs[2] == f"auto+fa-on={route} -- -fa on"
+    assert specs[-2] == f"serve={serve}"  # what a user gets: auto and the shipped recipes
+    assert specs[-1] == f"set={serve} -- --no-cache-idle-slots -b 4096 -ub 1024"
     assert driver.configs("/b/llama-server", ["auto", "defaults"])[0].startswith("auto=")
     with pytest.raises(SystemExit, match="no config nope"):
         driver.configs("/b/llama-server", ["nope"])
+
+
+def test_the_shipped_cuda_recipes_were_candidates_measured_on_the_gpu():
+    shipped = json.loads((ROOT / "lemonade_onebit" / "recipes" / "shipped.json").read_text())
+    cuda = [r for r in shipped if "cuda" in (r.get("match", {}).get("device") or [])]
+    assert [r["id"] for r in cuda] == ["cuda-backend-sampling"]
+    for recipe in cuda:
+        assert "H200" in recipe["measured"] and "docs/cuda-route.md" in recipe["source"]
+        for path in recipe["source"].replace(" (Concurrent streams)", "").split(", "):
+            assert (ROOT / path).is_file(), path
 
 
 def test_the_shell_script_parses_and_refuses_to_run_without_its_inputs(tmp_path):

@@ -119,3 +119,49 @@ def test_malformed_recipe_file_stops_serve(smollm2, tmp_path):
     assert out.returncode == 2
     assert f"{path}: recipe cpu-batch: args: args must start with a flag" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.executor
+def test_the_cuda_backend_sampling_recipe_keeps_greedy_output_and_grammar_requests(
+        start_serve, smollm2):
+    """The shipped cuda recipe's flag on the pinned llama-server (its CPU backend here: the same
+    sampler code runs in the graph): greedy text is unchanged, and a request with a JSON schema,
+    which llama-server samples on the CPU under the flag, still answers valid JSON."""
+    from conftest import http
+
+    from lemonade_onebit.recipes import SHIPPED
+
+    (recipe,) = [r for r in load_recipe_file(SHIPPED) if r.id == "cuda-backend-sampling"]
+    plain = start_serve("-m", str(smollm2), "--no-recipes")
+    sampled = start_serve("-m", str(smollm2), "--no-recipes", "--", *recipe.args)
+    greedy = {"messages": [{"role": "user", "content": "Name three colours."}],
+              "max_tokens": 24, "temperature": 0}
+    schema = {"messages": [{"role": "user", "content": "Give a name and an age."}],
+              "max_tokens": 48, "temperature": 0, "response_format": {
+                  "type": "json_schema", "json_schema": {"name": "p", "schema": {
+                      "type": "object", "required": ["name", "age"], "properties": {
+                          "name": {"type": "string"}, "age": {"type": "integer"}}}}}}
+    texts = []
+    for serve in (plain.wait_ready(), sampled.wait_ready()):
+        status, body = http("POST", serve.url + "/v1/chat/completions", greedy)
+        assert status == 200, body
+        texts.append(json.loads(body)["choices"][0]["message"]["content"])
+    assert texts[0] and texts[0] == texts[1]
+    assert "-bs" in sampled.children()[0].cmdline()
+    status, body = http("POST", sampled.url + "/v1/chat/completions", schema)
+    assert status == 200, body
+    answer = json.loads(json.loads(body)["choices"][0]["message"]["content"])
+    assert isinstance(answer["name"], str) and isinstance(answer["age"], int)
+
+
+def test_a_registered_file_for_other_devices_is_not_validated_on_this_route(tmp_path):
+    """Serve's start on the cpu route skips a file whose recipes all name other devices (no
+    pydantic import), and still validates it, with its reason, where one of them is served."""
+    path = _file(tmp_path, [{**GOOD, "match": {"device": ["cuda"]}, "measured": ""}])
+    assert load_recipes([path], "cpu") == []
+    with pytest.raises(RecipeError, match="measured"):
+        load_recipes([path], "cuda")
+    with pytest.raises(RecipeError, match="measured"):
+        load_recipes([path])
+    mixed = _file(tmp_path, [{**GOOD, "match": {"device": ["cuda"]}}, {**GOOD, "id": "any"}])
+    assert [r.id for r in load_recipes([mixed], "cpu")] == [GOOD["id"], "any"]

@@ -217,6 +217,50 @@ def test_cuda_serve_sizes_its_slots_from_the_gpu(fake_sysfs, monkeypatch, smollm
     assert "llama-server chooses its own slots (the -np or -c given after `--`)" in said
 
 
+def test_the_gpu_budget_caps_the_room_slots_are_planned_in(fake_sysfs, monkeypatch, smollm2,
+                                                          llama_server):
+    """$ONEBIT_GPU_BUDGET_GIB, the card share the MoE planner works with, bounds the slots too;
+    a value that is no positive number is ignored."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    fake_gpu(fake_sysfs, free_mib=142000)
+    cuda = (("--llama-server", llama_server),)
+    monkeypatch.setenv("ONEBIT_GPU_BUDGET_GIB", "4")
+    p, said = _plan(ServeConfig(model=str(smollm2), device="cuda", executors=cuda))
+    # 4 GiB - (1 GiB + 4/20 GiB) - weights, over 8,192 x 22.5 KiB a slot
+    assert _flag(p.spec.argv, "-np") == "15", said
+    assert any("15 slots x 8192 tokens, KV 2.6 GiB of 4.0 GiB free" in line for line in said), said
+    for junk in ("0", "-3", "inf", "nan", "lots"):
+        monkeypatch.setenv("ONEBIT_GPU_BUDGET_GIB", junk)
+        p, _ = _plan(ServeConfig(model=str(smollm2), device="cuda", executors=cuda))
+        assert _flag(p.spec.argv, "-np") == "64", junk
+
+
+def test_a_moe_file_larger_than_the_gpu_plans_slots_beside_its_dense_weights(
+        fake_sysfs, monkeypatch, moe_tiny, llama_server):
+    """The experts keep the room: where the whole file and one slot do not fit, slots are
+    planned beside the dense weights (at most 4) and the expert plan places the experts in what
+    is left; where the file fits, it counts whole, as a dense model's does."""
+    from lemonade_onebit.backends.sizing import GIB
+    from lemonade_onebit.moe.inspect import read_index
+
+    index = read_index(moe_tiny)
+    one_slot = 512 * 4096  # 4 layers x 2 KV heads x (16 + 16) x 2 bytes, at its trained 4,096
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    fake_gpu(fake_sysfs, free_mib=142000)
+    cuda = (("--llama-server", llama_server),)
+    budget = (GIB + index.dense_bytes + 1.5 * one_slot) / 0.95  # less than whole + one slot
+    assert index.file_bytes + one_slot > 0.95 * budget - GIB
+    monkeypatch.setenv("ONEBIT_GPU_BUDGET_GIB", str(budget / GIB))
+    p, said = _plan(ServeConfig(model=str(moe_tiny), device="cuda", executors=cuda))
+    assert (_flag(p.spec.argv, "-np"), _flag(p.spec.argv, "-c")) == ("1", "4096"), said
+    assert any("a MoE file larger than the GPU's room: slots are planned beside its dense "
+               "weights, at most 4" in line for line in said), said
+    assert any(line.startswith("expert placement:") for line in said), said
+    monkeypatch.setenv("ONEBIT_GPU_BUDGET_GIB", "2")
+    p, said = _plan(ServeConfig(model=str(moe_tiny), device="cuda", executors=cuda))
+    assert _flag(p.spec.argv, "-np") == "64" and not any("MoE file" in line for line in said)
+
+
 def test_the_cpu_route_keeps_llama_server_s_own_slots(fake_sysfs, monkeypatch, smollm2):
     fake_gpu(fake_sysfs, free_mib=142000)
     p, said = _plan(ServeConfig(model=str(smollm2), device="cpu", ctx_size=2048))

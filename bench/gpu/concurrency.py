@@ -5,11 +5,12 @@ wrote the model: the ceiling, then `1bit bench --concurrency` over the configs, 
    executor's own decode rate at each batch size, on the same file and build.
 2. `1bit bench --concurrency LEVELS` with these configs, each a fresh `1bit serve --device cuda`
    per round, in this order every round:
-   - `defaults`: llama-server's own slots (`-- -np -1`, what serve passed before `--parallel auto`:
-     4 slots sharing the trained context);
-   - `auto`: `--parallel auto`, serve's default on the cuda route;
-   - `auto+ID` for each candidate of `cuda_candidates.json`, and `set`: auto with the candidates
-     its `set` names, together.
+   - `defaults`: llama-server's own slots and flags (`--no-recipes -- -np -1`, what serve passed
+     before `--parallel auto`: 4 slots sharing the trained context);
+   - `auto`: `--parallel auto`, serve's default on the cuda route, without recipes;
+   - `auto+ID` for each candidate of `cuda_candidates.json` (on `auto`, without recipes);
+   - `serve`: what a user gets (auto and the shipped cuda recipes);
+   - `set`: `serve` with the candidates the file's `set` names, together.
 3. The tables (`concurrency_table.py`) on stdout and in OUT/cuda-concurrency.md.
 
     python3 bench/gpu/concurrency.py --bin BUILD/bin --model M.gguf --out OUT \
@@ -43,14 +44,16 @@ CANDIDATES = Path(__file__).with_name("cuda_candidates.json")
 
 def configs(llama_server: str, names: list[str] | None) -> list[str]:
     """`--config NAME=ARGS` values, in measuring order."""
-    route = f"--device cuda --llama-server {llama_server}"
+    serve = f"--device cuda --llama-server {llama_server}"
+    route = f"{serve} --no-recipes"
     data = json.loads(CANDIDATES.read_text())
     found = {"defaults": f"{route} -- -np -1", "auto": route}
     by_id = {c["id"]: c for c in data["candidates"]}
     for cid, c in by_id.items():
         found[f"auto+{cid.removeprefix('cuda-')}"] = f"{route} -- {' '.join(c['args'])}"
+    found["serve"] = serve
     together = [arg for cid in data["set"] for arg in by_id[cid]["args"]]
-    found["set"] = f"{route} -- {' '.join(together)}"
+    found["set"] = f"{serve} -- {' '.join(together)}"
     chosen = names or list(found)
     unknown = [n for n in chosen if n not in found]
     if unknown:

@@ -13,8 +13,9 @@
 # gpu.txt, build.log, batched-bench.jsonl, batched-bench-kvu.jsonl, concurrency.json,
 # concurrency.png, cuda-concurrency.md (the tables for docs/cuda-route.md), logs.tar.gz (serve's
 # logs: the slot plan each serve chose is its `1bit serve: N slots x ...` line).
+# PROBE=step runs bench/gpu/step_probe.py in place of the bench (LEVELS=1,32 BURSTS=3 CONFIGS=its own).
 # Settings (environment): LEVELS=1,8,32,64 ROUNDS=2 BURSTS=2 TOKENS=128 CONFIGS=(all: defaults,
-# auto, auto+fa-on, auto+batch-4096, auto+kv-q8, auto+kv-unified, set) BUDGET_S=540 (seconds
+# auto, auto+ID for each candidate of bench/gpu/cuda_candidates.json, serve, set) BUDGET_S=540 (seconds
 # from the start by which the bench is stopped and the tables made from the rounds it finished).
 set -euo pipefail
 set -m  # each background job its own process group: a stop reaches cmake's and ninja's children
@@ -74,6 +75,15 @@ rm -f "$WORK/qwen3-0.6b-random.f16.gguf"
 note "model: $(( $(date +%s) - T0 )) s"
 
 rc=0
+if [ "${PROBE:-}" = step ]; then  # bench/gpu/step_probe.py instead: direct vs serve, flags on the step
+  run python3 bench/gpu/step_probe.py --bin "$BIN" --model "$MODEL" --out "$WORK/logs" \
+    --levels "${LEVELS:-1,32}" --rounds "${ROUNDS:-2}" --bursts "${BURSTS:-3}" \
+    --tokens "${TOKENS:-128}" ${CONFIGS:+--configs "$CONFIGS"} --deadline "$(( T0 + BUDGET_S ))" || rc=$?
+  cp "$WORK/logs/step-probe.json" "$WORK/logs/step-probe.md" "$OUT/" 2>/dev/null || true
+  note "done: $(( $(date +%s) - T0 )) s, exit $rc"
+  tar czf "$OUT/logs.tar.gz" -C "$WORK" logs 2>/dev/null || true
+  exit "$rc"
+fi
 run python3 bench/gpu/concurrency.py --bin "$BIN" --model "$MODEL" \
   --out "$OUT" --work "$WORK/logs" --levels "${LEVELS:-1,8,32,64}" --rounds "${ROUNDS:-2}" \
   --bursts "${BURSTS:-2}" --tokens "${TOKENS:-128}" ${CONFIGS:+--configs "$CONFIGS"} \

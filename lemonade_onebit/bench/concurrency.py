@@ -86,9 +86,11 @@ async def _stream(session, url: str, ids: list[int], max_tokens: int) -> dict:
             "tps": (tokens - 1) / span if tokens > 1 and span > 0 else None}
 
 
-async def _burst(session, url: str, batch: list[list[int]], max_tokens: int) -> dict:
+async def _burst(session, urls: list[str], batch: list[list[int]], max_tokens: int) -> dict:
+    """Stream k of the burst goes to urls[k % len(urls)]."""
     start = time.perf_counter()
-    streams = await asyncio.gather(*(_stream(session, url, ids, max_tokens) for ids in batch))
+    streams = await asyncio.gather(*(_stream(session, urls[k % len(urls)], ids, max_tokens)
+                                     for k, ids in enumerate(batch)))
     first = min(s["first"] for s in streams)
     last = max(s["last"] for s in streams)
     after_first = sum(s["tokens"] - 1 for s in streams)
@@ -101,25 +103,27 @@ async def _burst(session, url: str, batch: list[list[int]], max_tokens: int) -> 
     }
 
 
-async def _levels(url: str, config: Config, batches: dict[int, list[list[int]]], bursts: int,
-                  decode_tokens: int, round_index: int, progress: Progress) -> None:
+async def _levels(urls: list[str], config: Config, batches: dict[int, list[list[int]]],
+                  bursts: int, decode_tokens: int, round_index: int, progress: Progress,
+                  headers: dict | None = None, force_close: bool = False) -> None:
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=None, sock_read=600)
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    connector = aiohttp.TCPConnector(limit=0, force_close=force_close)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                     headers=headers) as session:
         for level, batch in batches.items():
-            await _burst(session, url, batch, min(decode_tokens, WARMUP_TOKENS))
+            await _burst(session, urls, batch, min(decode_tokens, WARMUP_TOKENS))
             for i in range(bursts):
-                sample = await _burst(session, url, batch, decode_tokens)
+                sample = await _burst(session, urls, batch, decode_tokens)
                 config.samples("bursts").append({"round": round_index + 1, **sample})
                 progress.step(f"{config.name}: {level} streams, burst {i + 1}/{bursts}")
 
 
-def slots_of(url: str) -> dict:
+def slots_of(url: str, headers: dict | None = None) -> dict:
     """The executor's slots and the context of each, as llama-server's `/props` reports them."""
     try:
-        props = httpclient.get_json(url + "/props", timeout=10)
+        props = httpclient.get_json(url + "/props", timeout=10, headers=headers)
         return {"slots": props.get("total_slots"),
                 "n_ctx": props["default_generation_settings"]["n_ctx"]}
     except (OSError, httpclient.HTTPError, RunError, KeyError, TypeError):
@@ -127,19 +131,26 @@ def slots_of(url: str) -> dict:
 
 
 def measure(url: str, config: Config, levels: list[int], bursts: int, prompt_tokens: int,
-            decode_tokens: int, round_index: int, progress: Progress) -> None:
-    server = slots_of(url)
+            decode_tokens: int, round_index: int, progress: Progress,
+            headers: dict | None = None, force_close: bool = False,
+            spread: list[str] | None = None) -> None:
+    """`spread`: more servers of the same model; a burst's streams go round-robin over `url` and
+    these. `headers` go with every request (e.g. an executor's own key, to measure it directly);
+    `force_close`: a new connection per stream (llama-server may close a kept-alive connection
+    just as the client reuses it, which aiohttp reports as "Server disconnected")."""
+    server = slots_of(url, headers)
     config.samples("servers").append({"round": round_index + 1, **server})
     if server["n_ctx"] and prompt_tokens + decode_tokens > server["n_ctx"]:
         raise RunError(f"prompt {prompt_tokens} + {decode_tokens} generated tokens do not fit a "
                        f"slot's context of {server['n_ctx']}: pass a larger -c in the config, or "
                        "fewer tokens")
-    ids = prompt_ids(url, [prompt_tokens + max(levels)])
+    ids = prompt_ids(url, [prompt_tokens + max(levels)], headers)
     batches = {level: prompts(ids, prompt_tokens, level) for level in levels}
     import aiohttp
 
     try:
-        asyncio.run(_levels(url, config, batches, bursts, decode_tokens, round_index, progress))
+        asyncio.run(_levels([url, *(spread or [])], config, batches, bursts, decode_tokens,
+                            round_index, progress, headers, force_close))
     except aiohttp.ClientError as exc:
         raise RunError(f"a stream failed: {exc}") from None
 

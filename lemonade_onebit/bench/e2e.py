@@ -29,13 +29,13 @@ def source_text(paragraphs: int) -> str:
         for i in range(paragraphs))
 
 
-def prompt_ids(url: str, lengths: list[int]) -> list[int]:
+def prompt_ids(url: str, lengths: list[int], headers: dict | None = None) -> list[int]:
     """Token ids of a fixed text, at least max(lengths) of them, by the executor's tokenizer."""
     need, paragraphs = max(lengths), 64
     while True:
         try:
             tokens = post(url, "/tokenize", {"content": source_text(paragraphs),
-                                             "add_special": True})["tokens"]
+                                             "add_special": True}, headers)["tokens"]
         except (OSError, httpclient.HTTPError) as exc:
             raise RunError(
                 f"--e2e needs the executor's /tokenize (llama-server routes): {exc}") from None

@@ -4,6 +4,7 @@ executor may lock. Read from `nvidia-smi`, amdgpu's sysfs files and /proc; nothi
 from __future__ import annotations
 
 import glob
+import math
 import os
 import resource
 from pathlib import Path
@@ -21,17 +22,22 @@ def machine_memory(device: str, budget_gib: float | None = None,
     ram = int(ram_gib * GiB) if ram_gib is not None else ram_available()
     if device == "cpu":
         return Memory(None, ram, lockable_bytes())
-    source = "of GPU budget (--budget-gib)"
-    if budget_gib is None and os.environ.get(BUDGET_ENV):
-        try:
-            budget_gib = float(os.environ[BUDGET_ENV])
-        except ValueError:
-            budget_gib = None
-        source = f"of GPU budget (${BUDGET_ENV})"
     if budget_gib is not None:
-        return Memory(int(budget_gib * GiB), ram, lockable_bytes(), source)
+        return Memory(int(budget_gib * GiB), ram, lockable_bytes(), "of GPU budget (--budget-gib)")
+    budget = budget_bytes()
+    if budget is not None:
+        return Memory(budget, ram, lockable_bytes(), f"of GPU budget (${BUDGET_ENV})")
     free, source = gpu_free(device)
     return Memory(free, ram, lockable_bytes(), source)
+
+
+def budget_bytes() -> int | None:
+    """$ONEBIT_GPU_BUDGET_GIB in bytes; None when unset or not a positive number."""
+    try:
+        gib = float(os.environ.get(BUDGET_ENV, ""))
+    except ValueError:
+        return None
+    return int(gib * GiB) if math.isfinite(gib) and gib > 0 else None
 
 
 def ram_available() -> int:

@@ -49,8 +49,8 @@ def apply_recipes_to(config, device, facts, argv, env, say):
     if config.no_recipes:
         return argv, env
     files = [Path(config.recipes)] if config.recipes else recipe_files()
-    try:
-        recipes = load_recipes(files)
+    try:  # a file given with --recipes is checked whole; registered ones only where they apply
+        recipes = load_recipes(files, None if config.recipes else device)
     except RecipeError as exc:
         raise (UsageError if config.recipes else RunError)(str(exc)) from None
     if not recipes:

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from lemonade_onebit.backends.base import Launcher
 from lemonade_onebit.backends.llamacpp import slot_ask, with_slots
-from lemonade_onebit.backends.sizing import KvShape, Room, plan_slots
+from lemonade_onebit.backends.sizing import DEFAULT_CTX, MAX_AUTO_SLOTS, KvShape, Room, plan_slots
 from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.modelref import ModelRef
 
+MOE_AUTO_SLOTS = 4  # llama-server's own default count, for a MoE file whose experts need the room
 SHARD = re.compile(r"^(?P<stem>.+)-\d{5}-of-(?P<count>\d{5})\.gguf$")
 
 
@@ -68,12 +69,41 @@ def size_slots(config: ServeConfig, launcher: Launcher, model: ModelRef, facts, 
     if ask is None:
         say("llama-server chooses its own slots (the -np or -c given after `--`)")
         return argv
-    from lemonade_onebit.devices import device_memory
-
-    memory = device_memory(launcher.info.needs)
-    room = Room(sum(m.free for m in memory), len(memory)) if memory else None
+    room = device_room(launcher.info.needs)
     shape = KvShape.from_facts(facts) if facts is not None else None
-    plan = plan_slots(ask, room, weight_bytes(model, config), shape,
+    weights, max_auto, why = weight_bytes(model, config), MAX_AUTO_SLOTS, ""
+    if facts is not None and facts.moe and room is not None and shape is not None:
+        dense = dense_bytes(model)
+        one = shape.bytes_per_token(ask.type_k, ask.type_v) * (ask.ctx or DEFAULT_CTX)
+        if dense is not None and weights + one + room.headroom > room.free:
+            weights, max_auto = dense, MOE_AUTO_SLOTS
+            why = (f"; a MoE file larger than the GPU's room: slots are planned beside its dense "
+                   f"weights, at most {MOE_AUTO_SLOTS}, and the experts get what is left")
+    plan = plan_slots(ask, room, weights, shape, max_auto=max_auto,
                       draft_per_token=draft_kv_per_token(config))
-    say(plan.message)
+    say(plan.message + (why if plan.slots else ""))
     return with_slots(argv, plan.slots, plan.ctx)
+
+
+def device_room(needs: tuple[str, ...]) -> Room | None:
+    """The route's GPUs' free memory, or the GPU budget of $ONEBIT_GPU_BUDGET_GIB where that is
+    smaller (the budget the MoE planner works with, to share a card); None where unknown."""
+    from lemonade_onebit.devices import device_memory
+    from lemonade_onebit.moe.memory import budget_bytes
+
+    memory = device_memory(needs)
+    budget = budget_bytes()
+    if not memory:
+        return None
+    free = sum(m.free for m in memory)
+    return Room(min(free, budget) if budget is not None else free, len(memory))
+
+
+def dense_bytes(model: ModelRef) -> int | None:
+    """The bytes of a MoE file that are not routed experts (None: unreadable)."""
+    from lemonade_onebit.moe.inspect import read_index
+
+    try:
+        return read_index(model.path).dense_bytes
+    except (OSError, ValueError):
+        return None

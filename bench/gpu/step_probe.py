@@ -1,0 +1,177 @@
+"""Where llama-server's decode step goes with many slots busy, after `bench/gpu/concurrency.sh`
+built llama.cpp and wrote the model (`PROBE=step bash bench/gpu/concurrency.sh`).
+
+Per config, one fresh `1bit serve --device cuda` (serve's `--parallel auto`) per round; in it, the
+same bursts of N concurrent streams (`lemonade_onebit.bench.concurrency`) go to the executor
+directly (its own port, read from its command line) and through serve, interleaved burst by burst
+(the side that goes first alternates). Each burst records the CPU seconds of llama-server's
+busiest thread (its main loop: slots, sampling, results) over the burst's wall time, so a step
+bound by the CPU shows as a thread near 1.0. Both sides open a new connection per stream (llama-server
+may close a kept-alive connection just as a client reuses it).
+
+Configs: `auto` (no executor flags) and `auto` plus each of `-bs` (llama.cpp's backend sampling:
+the sampler chain runs in the model's graph on the GPU instead of per slot on the CPU),
+`--no-cache-idle-slots`, `-cram 0` (no prompt cache in RAM), and `-bs -cram 0`; and `repK`: K
+serves of the model at once (each `--parallel 64/K -- -bs -cram 0`, so each executor has its own
+main loop), a burst's streams round-robin over them (measured through serve only).
+
+    python3 bench/gpu/step_probe.py --bin BUILD/bin --model M.gguf --out OUT \
+        [--levels 1,32] [--rounds 2] [--bursts 3] [--tokens 128] [--configs auto,bs,...]
+        [--deadline EPOCH_S]
+
+Writes OUT/step-probe.json after every config and round, and a table on stdout and in
+OUT/step-probe.md. Everything it starts is stopped however it is stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lemonade_onebit.bench import concurrency  # noqa: E402
+from lemonade_onebit.bench.common import Config, Progress, Run, exit_on_sigterm  # noqa: E402
+
+CONFIGS = {
+    "auto": [],
+    "bs": ["-bs"],
+    "no-idle-cache": ["--no-cache-idle-slots"],
+    "cram-0": ["-cram", "0"],
+    "bs+cram-0": ["-bs", "-cram", "0"],
+    **{f"rep{k}": ["-bs", "-cram", "0"] for k in (2, 4, 8)},
+}
+
+
+def executor_of(serve: Run) -> psutil.Process:
+    """serve's llama-server child."""
+    for child in psutil.Process(serve.proc.pid).children(recursive=True):
+        if "llama-server" in child.name() or any("llama-server" in a for a in child.cmdline()[:1]):
+            return child
+    raise SystemExit("no llama-server under serve")
+
+
+def port_of(proc: psutil.Process) -> int:
+    argv = proc.cmdline()
+    return int(argv[argv.index("--port") + 1])
+
+
+def busiest(before: dict[int, float], after: dict[int, float]) -> float:
+    return max((after[t] - before.get(t, 0.0) for t in after), default=0.0)
+
+
+def thread_cpu(proc: psutil.Process) -> dict[int, float]:
+    return {t.id: t.user_time + t.system_time for t in proc.threads()}
+
+
+def one_burst(urls: list[str], config: Config, level: int, args, round_index: int,
+              llamas: list[psutil.Process], headers: dict | None) -> None:
+    """One measured burst at `level` (after concurrency.measure's warm-up), its streams spread
+    over `urls`, with the busiest executor thread's CPU share."""
+    before, began = [thread_cpu(p) for p in llamas], time.perf_counter()
+    concurrency.measure(urls[0], config, [level], 1, args.tokens, args.tokens, round_index,
+                        Progress(1, stream=open("/dev/null", "w")), headers, force_close=True,
+                        spread=urls[1:])
+    wall = time.perf_counter() - began
+    share = max(busiest(b, thread_cpu(p)) for b, p in zip(before, llamas)) / wall
+    config.samples("main_thread").append(
+        {"round": round_index + 1, "streams": level, "cpu_share": share})
+
+
+def replicas_of(name: str) -> int:
+    """`repK`: K serves of the model, each with 64/K slots, streams spread over them."""
+    return int(name[3:]) if name.startswith("rep") else 1
+
+
+def table(results: dict[str, Config]) -> str:
+    rows = ["| config | side | streams | aggregate decode tok/s | per-stream tok/s | TTFT p50 ms "
+            "| TTFT p95 ms | busiest llama-server thread, CPU share |",
+            "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for key, config in results.items():
+        name, side = key.split("/")
+        for level in concurrency.levels_of(config):
+            m = concurrency.stats(config, level)
+            cpu = [s["cpu_share"] for s in config.data.get("main_thread", [])
+                   if s["streams"] == level]
+            rows.append(f"| {name} | {side} | {level} | {m['decode_tps']:,.0f} | "
+                        f"{m['stream_tps']:.1f} | {m['ttft_p50_ms']:.0f} | "
+                        f"{m['ttft_p95_ms']:.0f} | "
+                        f"{statistics.median(cpu) if cpu else float('nan'):.2f} |")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bin", required=True, type=Path, help="llama.cpp's build/bin")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--levels", default="1,32")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--bursts", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--deadline", type=float)
+    parser.add_argument("--device", default="cuda", help="serve's route (cpu: to try it here)")
+    args = parser.parse_args()
+    exit_on_sigterm()
+    args.out.mkdir(parents=True, exist_ok=True)
+    names = args.configs.split(",")
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"--configs: no config {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
+    levels = [int(n) for n in args.levels.split(",")]
+    results = {f"{n}/{side}": Config(n, CONFIGS[n]) for n in names for side in ("direct", "serve")}
+    out = args.out / "step-probe.json"
+    k = 0
+    try:
+        for r in range(args.rounds):
+            for name in names:
+                if args.deadline and time.time() > args.deadline - 60:
+                    raise TimeoutError
+                extra, replicas = CONFIGS[name], replicas_of(name)
+                own = ["--parallel", str(64 // replicas)] if replicas > 1 else []
+                serves = [Run.serve(args.model, ["--device", args.device, "--llama-server",
+                                                 str(args.bin / "llama-server"), *own,
+                                                 *(["--", *extra] if extra else [])],
+                                    args.out / f"serve-{name}-{r + 1}-{i}.log")
+                          for i in range(replicas)]
+                try:
+                    for serve in serves:
+                        serve.wait_ready()
+                    llamas = [executor_of(serve) for serve in serves]
+                    urls = {"direct": [f"http://127.0.0.1:{port_of(p)}" for p in llamas],
+                            "serve": [serve.url for serve in serves]}
+                    key = llamas[0].environ().get("LLAMA_API_KEY")  # serve's key for its executor
+                    headers = {"direct": {"Authorization": f"Bearer {key}"} if key else None,
+                               "serve": None}
+                    for level in levels:
+                        for _ in range(args.bursts):
+                            sides = ["direct", "serve"] if (k % 2 == 0) else ["serve", "direct"]
+                            k += 1
+                            for side in sides if replicas == 1 else ["serve"]:
+                                one_burst(urls[side], results[f"{name}/{side}"], level, args, r,
+                                          llamas, headers[side])
+                finally:
+                    for serve in serves:
+                        serve.stop()
+                out.write_text(json.dumps({key: c.as_json() for key, c in results.items()},
+                                          indent=1))
+                print(f"round {r + 1}: {name} done", flush=True)
+    except (TimeoutError, KeyboardInterrupt):
+        print("deadline: tables from the rounds finished", flush=True)
+    done = {key: c for key, c in results.items() if c.data.get("bursts")}
+    text = table(done)
+    (args.out / "step-probe.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
