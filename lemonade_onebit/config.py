@@ -63,6 +63,7 @@ class ServeConfig:
     port: int = 8000
     host: str = "127.0.0.1"
     device: str = "auto"
+    gpus: tuple[int, ...] = ()  # `--device cuda:0,1`: the GPUs picked, by CUDA's numbers
     ctx_size: int | None = None
     flash_attn: str | None = None
     alias: str | None = None

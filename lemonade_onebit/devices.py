@@ -76,11 +76,14 @@ def nvidia_gpus() -> list[Device]:
 
 @dataclass(frozen=True)
 class Memory:
-    """One accelerator's memory as its driver reports it now, in bytes."""
+    """One accelerator's memory as its driver reports it now, in bytes; `ordinal`: its number as
+    the runtime counts the devices it can see (CUDA0 is the first GPU CUDA_VISIBLE_DEVICES lists),
+    None where unknown."""
 
     name: str
     total: int
     free: int
+    ordinal: int | None = None
 
 
 def _nvidia_smi() -> str | None:
@@ -124,8 +127,22 @@ def nvidia_memory() -> list[Memory]:
         index, name, total, free = parts[0], ",".join(parts[1:-2]), parts[-2], parts[-1]
         if not (total.isdigit() and free.isdigit()) or not _visible(index):
             continue
-        found.append(Memory(name, int(total) << 20, int(free) << 20))
-    return found
+        found.append(Memory(name, int(total) << 20, int(free) << 20, _ordinal(index)))
+    if any(m.ordinal is None for m in found):  # not listed by index: CUDA counts in smi order
+        found = [Memory(m.name, m.total, m.free, k) for k, m in enumerate(found)]
+    return sorted(found, key=lambda m: m.ordinal or 0)
+
+
+def _ordinal(index: str) -> int | None:
+    """The CUDA device number of the GPU nvidia-smi numbers `index`: its place in
+    CUDA_VISIBLE_DEVICES when that lists indices, else the index itself (both count in PCI bus
+    order only under CUDA_DEVICE_ORDER=PCI_BUS_ID; CUDA's own default puts the fastest first,
+    which is the same order on a host of one GPU model)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return int(index) if index.isdigit() else None
+    names = [part.strip() for part in listed.split(",") if part.strip()]
+    return names.index(index) if index in names else None
 
 
 def device_memory(kinds: tuple[str, ...]) -> list[Memory]:

@@ -44,14 +44,24 @@ def rpc_report(endpoints: str, as_json: bool) -> int:
     return 0
 
 
+def gpu_memory() -> list[dict]:
+    """Each GPU the cuda route can use, by the number `--device cuda:N` takes, with its memory
+    now (NVIDIA's driver reports it)."""
+    from lemonade_onebit.devices import nvidia_memory
+
+    return [{"device": f"cuda:{m.ordinal}", "name": m.name, "total_mib": m.total >> 20,
+             "free_mib": m.free >> 20} for m in nvidia_memory()]
+
+
 def devices_report(as_json: bool) -> int:
     from lemonade_onebit import drivers, pins
 
     found = [d.as_dict() for d in detect()]
+    gpus = gpu_memory()
     table = routes()
     system = drivers.report(pins.load())
     if as_json:
-        print(json.dumps({"devices": found, "routes": table, **system}, indent=2))
+        print(json.dumps({"devices": found, "gpus": gpus, "routes": table, **system}, indent=2))
         return 0
     kernel = system["kernel"]
     print(f"kernel: {kernel['release'] or 'unknown'} (the upstream engine pins {kernel['upstream']})")
@@ -61,6 +71,11 @@ def devices_report(as_json: bool) -> int:
     print("devices:")
     for d in found:
         print(f"  {d['kind']:<14} {d['name']}")
+    if gpus:
+        print("gpus (--device cuda:N picks them):")
+        for g in gpus:
+            print(f"  {g['device']:<7} {g['name']}  {g['free_mib'] / 1024:.1f} GiB free of "
+                  f"{g['total_mib'] / 1024:.1f} GiB")
     print("routes:")
     for r in table:
         here = "yes" if r["available"] else "no "

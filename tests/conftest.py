@@ -256,6 +256,19 @@ def fake_sysfs(tmp_path_factory, monkeypatch):
     devices.detect.cache_clear()
 
 
+def fake_gpu(fake_sysfs, free_mib: int | list[int], total_mib: int = 143771) -> dict[str, str]:
+    """A host with NVIDIA GPUs (one per free figure) whose `nvidia-smi` reports this much free
+    memory each, one CSV row per GPU as the driver's `--query-gpu` prints them."""
+    env = fake_sysfs("nvidia-gpu")
+    smi = Path(env["ONEBIT_SYSFS_ROOT"]) / "usr/bin/nvidia-smi"
+    smi.parent.mkdir(parents=True)
+    frees = free_mib if isinstance(free_mib, list) else [free_mib]
+    rows = "".join(f"echo '{i}, NVIDIA H200, {total_mib}, {free}'\n" for i, free in enumerate(frees))
+    smi.write_text("#!/bin/sh\n# stands in for the NVIDIA driver's nvidia-smi --query-gpu\n" + rows)
+    smi.chmod(0o755)
+    return env
+
+
 @pytest.fixture(scope="session")
 def moe_tiny(tmp_path_factory, smollm2) -> Path:
     """A few-MB mixture of experts in llama.cpp's qwen3moe layout (4 layers of 8 experts, 2 used

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
-from conftest import ONEBIT, http
+from conftest import ONEBIT, fake_gpu, http
 
 from lemonade_onebit import devices
 from lemonade_onebit.backends.llamacpp import slot_ask, with_slots
@@ -29,17 +28,6 @@ from lemonade_onebit.serve.slots import draft_kv_per_token, weight_bytes
 QWEN3 = KvShape(layers=28, kv_heads=8, key_length=128, value_length=128, train_ctx=40960)
 H200 = Room(free=139 * GIB)
 WEIGHTS = 400 << 20
-
-
-def fake_gpu(fake_sysfs, free_mib: int, total_mib: int = 143771) -> dict[str, str]:
-    """A host with one NVIDIA GPU whose `nvidia-smi` reports this much free memory."""
-    env = fake_sysfs("nvidia-gpu")
-    smi = Path(env["ONEBIT_SYSFS_ROOT"]) / "usr/bin/nvidia-smi"
-    smi.parent.mkdir(parents=True)
-    smi.write_text("#!/bin/sh\n# stands in for the NVIDIA driver's nvidia-smi --query-gpu\n"
-                   f"echo '0, NVIDIA H200, {total_mib}, {free_mib}'\n")
-    smi.chmod(0o755)
-    return env
 
 
 # -- the planner: pure ------------------------------------------------------------------------
@@ -177,7 +165,7 @@ def test_nvidia_memory_is_read_from_nvidia_smi_for_the_gpus_cuda_sees(fake_sysfs
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     fake_gpu(fake_sysfs, free_mib=142000)
     assert devices.device_memory(("nvidia-gpu",)) == [
-        devices.Memory("NVIDIA H200", 143771 << 20, 142000 << 20)]
+        devices.Memory("NVIDIA H200", 143771 << 20, 142000 << 20, 0)]
     assert devices.device_memory(("amd-gpu",)) == []
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert devices.device_memory(("nvidia-gpu",)) == []

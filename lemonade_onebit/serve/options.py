@@ -53,6 +53,30 @@ def count_or_auto(text: str) -> int | None:
     return None if text == "auto" else positive_int(text)
 
 
+def device_choice(devices: list[str]):
+    """`--device ROUTE`, or `ROUTE:N[,M...]` on a route whose GPUs serve picks, as (route, GPUs)."""
+    def parse(text: str) -> tuple[str, tuple[int, ...]]:
+        from lemonade_onebit.serve.gpus import DEVICE_NAMES, parse_pick
+
+        route, sep, pick = text.partition(":")
+        if route not in ("auto", *devices):
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: {route!r} (choose from auto, {', '.join(devices)})")
+        if not sep:
+            return route, ()
+        if route not in DEVICE_NAMES:
+            raise argparse.ArgumentTypeError(
+                f"{text}: GPUs are picked by number on the {', '.join(DEVICE_NAMES)} route; for "
+                f"{route}, give its driver's own variable (HIP_VISIBLE_DEVICES, "
+                "GGML_VK_VISIBLE_DEVICES) or llama-server's own `-- --device` flag")
+        try:
+            return route, parse_pick(pick)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text}: {exc}") from None
+
+    return parse
+
+
 def _registry():
     from lemonade_onebit.backends import launchers
 
@@ -107,9 +131,12 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("-p", "--port", type=port_number, default=8000, help="port to listen on (8000)")
     s.add_argument("--host", default="127.0.0.1",
                    help="address to bind (127.0.0.1; 0.0.0.0 exposes it to the network)")
-    s.add_argument("--device", choices=("auto", *devices), default="auto", metavar="DEVICE",
+    s.add_argument("--device", type=device_choice(devices), default=("auto", ()),
+                   metavar="DEVICE",
                    help="where to run it: auto (the fastest route this machine has) or one of "
-                   f"{', '.join(devices)}; the routes are listed below")
+                   f"{', '.join(devices)}; the routes are listed below. cuda:N or cuda:N,M picks "
+                   "GPUs (`1bit devices` numbers them): one when the model fits on one, else a "
+                   "layer split over them by free memory")
     s.add_argument("--alias", metavar="NAME", help="the model id clients see")
     g = s.add_argument_group("executor paths (else the variable named, then the project's "
                              "install, then PATH)")
@@ -162,7 +189,8 @@ def serve_config(ns: argparse.Namespace, extra: list[str]) -> ServeConfig:
     executors = tuple((flag, getattr(ns, _dest(flag))) for flag in executor_flags()
                       if getattr(ns, _dest(flag), None))
     return ServeConfig(
-        model=ns.model, port=ns.port, host=ns.host, device=ns.device, alias=ns.alias,
+        model=ns.model, port=ns.port, host=ns.host, device=ns.device[0], gpus=ns.device[1],
+        alias=ns.alias,
         executors=executors, **{name: getattr(ns, name) for name in ROUTE_OPTIONS},
         values=tuple((o.name, getattr(ns, _option_dest(o.name))) for o in route_options()
                      if o.name not in ROUTE_OPTIONS and getattr(ns, _option_dest(o.name))

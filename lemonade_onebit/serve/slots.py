@@ -60,18 +60,28 @@ def glob_escape(text: str) -> str:
 
 def size_slots(config: ServeConfig, launcher: Launcher, model: ModelRef, facts, argv: list[str],
                say) -> list[str]:
-    """llama-server's argv with the slots and context the plan gives, said in one line; a
-    combination the user asked for that cannot fit stops serve (UsageError) before anything
-    starts."""
+    """llama-server's argv with the GPUs it runs on (`serve/gpus.py`) and the slots and context
+    the plan gives, each said in one line; a combination the user asked for that cannot fit
+    stops serve (UsageError) before anything starts."""
     if not launcher.info.needs or model.kind != "gguf":
         return argv
+    from lemonade_onebit.devices import device_memory
+    from lemonade_onebit.moe.memory import budget_bytes
+    from lemonade_onebit.serve.gpus import place
+
     ask = slot_ask(argv, config)
+    shape = KvShape.from_facts(facts) if facts is not None else None
+    weights = weight_bytes(model, config)
+    memory = device_memory(launcher.info.needs)
+    if config.rpc:  # llama.cpp splits over the local GPUs and the workers by itself
+        room = Room(sum(m.free for m in memory), len(memory)) if memory else None
+    else:
+        argv, room = place(argv, launcher.info.device, config.gpus, config.extra_args, memory,
+                           budget_bytes(), weights, shape, ask.ctx if ask else None, say)
     if ask is None:
         say("llama-server chooses its own slots (the -np or -c given after `--`)")
         return argv
-    room = device_room(launcher.info.needs)
-    shape = KvShape.from_facts(facts) if facts is not None else None
-    weights, max_auto, why = weight_bytes(model, config), MAX_AUTO_SLOTS, ""
+    max_auto, why = MAX_AUTO_SLOTS, ""
     if facts is not None and facts.moe and room is not None and shape is not None:
         dense = dense_bytes(model)
         one = shape.bytes_per_token(ask.type_k, ask.type_v) * (ask.ctx or DEFAULT_CTX)
@@ -83,20 +93,6 @@ def size_slots(config: ServeConfig, launcher: Launcher, model: ModelRef, facts, 
                       draft_per_token=draft_kv_per_token(config))
     say(plan.message + (why if plan.slots else ""))
     return with_slots(argv, plan.slots, plan.ctx)
-
-
-def device_room(needs: tuple[str, ...]) -> Room | None:
-    """The route's GPUs' free memory, or the GPU budget of $ONEBIT_GPU_BUDGET_GIB where that is
-    smaller (the budget the MoE planner works with, to share a card); None where unknown."""
-    from lemonade_onebit.devices import device_memory
-    from lemonade_onebit.moe.memory import budget_bytes
-
-    memory = device_memory(needs)
-    budget = budget_bytes()
-    if not memory:
-        return None
-    free = sum(m.free for m in memory)
-    return Room(min(free, budget) if budget is not None else free, len(memory))
 
 
 def dense_bytes(model: ModelRef) -> int | None:
