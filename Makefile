@@ -53,8 +53,18 @@ $(REG_VENV)/.setup-done: constraints.txt
 		$(REG_PACKAGES)
 	@touch $@
 
-registry-check: setup $(REG_VENV)/.setup-done
-	$(VENV)/bin/1bit registry check --python $(REG_VENV)/bin/python $(REGISTRY_ARGS)
+# llama.cpp's converter runs with its own pins (transformers 4.57.6: constraints-convert.txt).
+CONV_VENV := .venv-convert
+
+$(CONV_VENV)/.setup-done: constraints-convert.txt
+	$(VENV)/bin/python -m venv $(CONV_VENV)
+	$(CONV_VENV)/bin/python -m pip install -q --disable-pip-version-check \
+		-c constraints-convert.txt $(REG_PACKAGES)
+	@touch $@
+
+registry-check: setup $(REG_VENV)/.setup-done $(CONV_VENV)/.setup-done
+	$(VENV)/bin/1bit registry check --python $(REG_VENV)/bin/python \
+		--convert-python $(CONV_VENV)/bin/python $(REGISTRY_ARGS)
 
 # `1bit convert` measured (docs/kernels.md): SmolLM2 perplexity plain vs rotated at Q4_0, Q3_K,
 # Q2_K with and without an importance matrix (~25 min on 2 cores), the H32 error table, and where

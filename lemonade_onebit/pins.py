@@ -70,6 +70,17 @@ def constraints_text(manifest: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def convert_constraints_text(manifest: dict) -> str:
+    """constraints.txt with the converter's own pins in place of ours (.venv-convert/)."""
+    theirs = {_norm(package(pin)): pin for pin in manifest.get("converter", [])}
+    lines = ["# Generated from lemonade_onebit/pins.json by `1bit pins sync`; do not edit.",
+             "# What `make registry-check` installs in .venv-convert/, where llama.cpp's converter",
+             "# runs: constraints.txt with the converter's own pins (pins.json `converter`)."]
+    lines += [f"{package(theirs.get(_norm(package(pin)), pin))}=="
+              f"{theirs.get(_norm(package(pin)), pin)['version']}" for pin in installed(manifest)]
+    return "\n".join(lines) + "\n"
+
+
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -125,11 +136,20 @@ def readme_text(manifest: dict) -> str:
             for p in direct]
     out.extend(["", "Pulled in by those above:", "", "| package | pin | licence |", "|---|---|---|"])
     out += [f"| {p['name']} | `{p['version']}` | {_cell(p['licence'])} |" for p in rest]
+    if manifest.get("converter"):
+        out.extend(["", "## llama.cpp's converter", "",
+                    "`make registry-check` runs the pinned llama.cpp's `convert_hf_to_gguf.py` in "
+                    "its own .venv-convert/, with these in place of the pins above "
+                    "(`constraints-convert.txt`).", "",
+                    "| package | pin | why | licence |", "|---|---|---|---|"])
+        out += [f"| {p['name']} | `{p['version']}` | {_cell(p['used_for'])} | "
+                f"{_cell(p['licence'])} |" for p in manifest["converter"]]
     return "\n".join(out) + "\n"
 
 
 def generated(root: Path, manifest: dict) -> dict[Path, str]:
     return {root / "constraints.txt": constraints_text(manifest),
+            root / "constraints-convert.txt": convert_constraints_text(manifest),
             root / "thirdparty" / "README.md": readme_text(manifest)}
 
 

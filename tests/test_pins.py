@@ -31,7 +31,7 @@ def test_generated_files_match_the_manifest():
 
 
 def test_a_hand_edit_of_a_generated_file_is_drift(tmp_path):
-    for name in ("constraints.txt", "thirdparty/README.md"):
+    for name in ("constraints.txt", "constraints-convert.txt", "thirdparty/README.md"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     (tmp_path / "thirdparty" / "pins.json").symlink_to(pins.MANIFEST)
@@ -41,9 +41,26 @@ def test_a_hand_edit_of_a_generated_file_is_drift(tmp_path):
     assert pins.drift(tmp_path) == ["constraints.txt differs from the manifest"]
     manifest = pins.load()
     pins.find(manifest, "aiohttp")["version"] = "3.14.6"
-    assert pins.drift(tmp_path, manifest) == ["thirdparty/README.md differs from the manifest"]
+    assert pins.drift(tmp_path, manifest) == ["constraints-convert.txt differs from the manifest",
+                                              "thirdparty/README.md differs from the manifest"]
     pins.sync(tmp_path, manifest)
     assert pins.drift(tmp_path, manifest) == []
+
+
+def test_the_converter_constraints_are_ours_with_the_converters_own_pins():
+    """llama.cpp's converter pins transformers==4.57.6 in the sdist's requirements; its venv
+    takes that and what it needs, and every other pin of ours."""
+    manifest = pins.load()
+    ours = dict(line.split("==") for line in pins.constraints_text(manifest).splitlines()
+                if "==" in line)
+    theirs = dict(line.split("==") for line in pins.convert_constraints_text(manifest).splitlines()
+                  if "==" in line)
+    assert theirs["transformers"] == "4.57.6" and ours["transformers"] != "4.57.6"
+    changed = {name for name in ours if ours[name] != theirs[name]}
+    assert changed == {pin["name"] for pin in manifest["converter"]}
+    assert set(ours) == set(theirs)
+    sdist_pin = "transformers==4.57.6"  # requirements/requirements-convert_hf_to_gguf.txt
+    assert any(sdist_pin in pin["used_for"] for pin in manifest["converter"])
 
 
 def test_setup_builds_llama_cpp_with_the_manifests_flags_and_checks_the_sdist():

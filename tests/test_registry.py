@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
@@ -302,6 +303,17 @@ def test_checked_json_lists_every_try_with_its_result_and_matches_the_pin():
             assert isinstance(run["ok"], bool) and (run["ok"] or run["reason"]), (arch, run)
 
 
+def test_the_converter_ran_with_its_own_transformers_and_a_missing_python_is_refused(tmp_path):
+    """checked.json says which transformers the converter ran with: the one its requirements
+    pin; a --convert-python that is not there stops the check before anything runs."""
+    checked = json.loads(reg.CHECKED.read_text())
+    assert checked["converter"]["transformers"] == "4.57.6"
+    out = subprocess.run([ONEBIT, "registry", "check", "--python", sys.executable,
+                          "--convert-python", str(tmp_path / "nope"), "--only", "LlamaForCausalLM"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--convert-python" in out.stderr and "no such file" in out.stderr
+
+
 def test_tiny_configs_keep_one_layer_of_each_kind():
     config = {"model_type": "hybrid", "hidden_size": 4096, "num_hidden_layers": 8,
               "layer_types": ["linear", "linear", "linear", "full"] * 2,
@@ -315,6 +327,27 @@ def test_tiny_configs_keep_one_layer_of_each_kind():
     ids = tinymodel._set_tokens({"vocab_size": 32000, "pad_token_id": 32000}, 1000,
                                 {"pad_token_id": None})
     assert ids == {"vocab_size": 1000, "pad_token_id": None}
+
+
+def test_a_small_head_gets_an_m_rope_split_that_fits_its_rotary_part():
+    """Qwen3.5's converter writes the real checkpoints' split (32 pairs) where the config has
+    none; a 16-wide head with a quarter rotated has 2 pairs, and llama.cpp asserts the split fits."""
+    config = {"model_type": "qwen3_5_text", "head_dim": 256, "hidden_size": 2048,
+              "rope_parameters": {"partial_rotary_factor": 0.25, "rope_type": "default"}}
+    small = tinymodel.shrink(config)
+    assert small["head_dim"] == 16
+    assert sum(small["rope_parameters"]["mrope_section"]) == 16 * 0.25 // 2
+    given = {**config, "rope_parameters": {**config["rope_parameters"], "mrope_section": [1, 1]}}
+    assert tinymodel.shrink(given)["rope_parameters"]["mrope_section"] == [1, 1]
+    assert "mrope_section" not in tinymodel.shrink({**config, "model_type": "qwen3"}).get(
+        "rope_parameters", {})
+
+
+def test_hybrids_get_the_two_kinds_of_layer_real_checkpoints_mix():
+    assert tinymodel.LAYOUTS["lfm2"]["layer_types"] == ["conv", "full_attention"]
+    assert set(tinymodel.LAYOUTS["granitemoehybrid"]["layer_types"]) == {"mamba", "attention"}
+    names = tinymodel.HUB_VALUES["granitemoehybrid"]["layer_types"]
+    assert [names.get(v, v) for v in ("linear_attention", "full_attention")] == ["mamba", "attention"]
 
 
 # -- serve refuses what no pinned llama-server loads ---------------------------------------------

@@ -47,6 +47,7 @@ MTP_HINTS = ("opt_num_mtp_layers", "mtp_num_hidden_layers")
 @dataclass(frozen=True)
 class CheckOptions:
     python: str  # a Python with torch and transformers, for the tiny models
+    convert_python: str | None = None  # the converter's Python (None: `python`)
     llama_src: str | None = None
     workdir: str | None = None
     only: tuple[str, ...] = ()
@@ -264,6 +265,10 @@ def check_command(opts: CheckOptions) -> int:
     if not Path(opts.python).is_file():
         raise UsageError(f"--python {opts.python}: no such file; `make registry-check` makes "
                          f".venv-registry/ with torch and transformers")
+    convert_python = opts.convert_python or opts.python
+    if not Path(convert_python).is_file():
+        raise UsageError(f"--convert-python {convert_python}: no such file; `make registry-check` "
+                         "makes .venv-convert/ with the converter's own requirements")
     reg = registry()
     unknown = [a for a in opts.only if a not in reg["architectures"]]
     if unknown:
@@ -299,6 +304,7 @@ def check_command(opts: CheckOptions) -> int:
         if not versions["ok"]:
             raise RunError(f"{opts.python} cannot build models: {versions['reason']}")
         doc["builder"] = {"torch": versions["torch"], "transformers": versions["transformers"]}
+        doc["converter"] = {"transformers": converter_transformers(convert_python)}
         from importlib import metadata
 
         prepared = builder.ask({"tokenizers": str(work / "tokenizers"), "gguf": str(
@@ -316,13 +322,15 @@ def check_command(opts: CheckOptions) -> int:
                      f"next run")
                 break
             arch_work = work / "models" / f"{i:04d}"
-            runs = {ROUTE: smoke(arch, builder, prepared, converter, opts.python, arch_work)}
+            runs = {ROUTE: smoke(arch, builder, prepared, converter, convert_python, arch_work)}
             if not runs[ROUTE]["ok"] and MLX in reg["architectures"][arch]["backends"]:
                 runs[MLX] = smoke_mlx(arch, builder, prepared, arch_work)
             shutil.rmtree(arch_work, ignore_errors=True)
             for route, result in runs.items():
-                doc["smoke"].setdefault(arch, {})[route] = {"census_models": census.get(arch, 0),
-                                                            **result}
+                doc["smoke"].setdefault(arch, {})[route] = {
+                    "census_models": census.get(arch, 0), **result,
+                    **({"converter_transformers": doc["converter"]["transformers"]}
+                       if route == ROUTE else {})}
                 said = "ok" if result["ok"] else f"failed at {result['stage']}: {result['reason']}"
                 line(f"1bit registry check: [{i}/{len(todo)}] {arch} on {route}: {said} "
                      f"({result['seconds']} s)")
@@ -340,3 +348,21 @@ def check_command(opts: CheckOptions) -> int:
 
 def env_python() -> str:
     return os.environ.get("ONEBIT_REGISTRY_PYTHON", ".venv-registry/bin/python")
+
+
+def env_convert_python() -> str | None:
+    """$ONEBIT_CONVERT_PYTHON, else .venv-convert/'s Python where `make registry-check` made it
+    (llama.cpp's converter reads configs through transformers' AutoConfig, which its own
+    requirements pin: transformers 5 drops keys such as GPT-NeoX's `rotary_pct` it reads)."""
+    given = os.environ.get("ONEBIT_CONVERT_PYTHON")
+    if given:
+        return given
+    default = Path(".venv-convert/bin/python")
+    return str(default) if default.is_file() else None
+
+
+def converter_transformers(python: str) -> str:
+    """The transformers version the converter's Python imports ("none" if it has none)."""
+    out = subprocess.run([python, "-c", "import transformers; print(transformers.__version__)"],
+                         capture_output=True, text=True, timeout=120)
+    return out.stdout.strip() if out.returncode == 0 else "none"

@@ -201,7 +201,7 @@ def _positive(convert):
 
 
 CENSUS_ONLY = ("out", "quiet", "max_pages")
-CHECK_ONLY = ("python", "force", "only", "budget", "limit", "workdir")
+CHECK_ONLY = ("python", "convert_python", "force", "only", "budget", "limit", "workdir")
 
 
 def add_registry_parser(sub) -> None:
@@ -239,6 +239,10 @@ def add_registry_parser(sub) -> None:
     check.add_argument("--python", metavar="PY",
                        help="a Python with torch and transformers for the tiny models "
                        "($ONEBIT_REGISTRY_PYTHON, else .venv-registry/bin/python)")
+    check.add_argument("--convert-python", metavar="PY",
+                       help="the Python that runs llama.cpp's converter, with the transformers "
+                       "its requirements pin ($ONEBIT_CONVERT_PYTHON, else .venv-convert/bin/python"
+                       " where it exists, else --python)")
     check.add_argument("--force", action="store_true",
                        help="check again what checked.json already has")
     check.add_argument("--only", action="append", metavar="ARCH", help="only this; repeat")
@@ -263,10 +267,12 @@ def run(ns) -> int:
         wrong = given - set(CHECK_ONLY)
         if wrong:
             raise UsageError(f"--{sorted(wrong)[0].replace('_', '-')} is not a check option")
-        from lemonade_onebit.registry.check import CheckOptions, check_command, env_python
+        from lemonade_onebit.registry import check
 
-        return check_command(CheckOptions(
-            python=ns.python or env_python(), llama_src=ns.llama_src, workdir=ns.workdir,
+        return check.check_command(check.CheckOptions(
+            python=ns.python or check.env_python(),
+            convert_python=ns.convert_python or check.env_convert_python(), llama_src=ns.llama_src,
+            workdir=ns.workdir,
             only=tuple(ns.only or ()), force=ns.force, budget=ns.budget, limit=ns.limit))
     if given:
         raise UsageError(f"--{sorted(given)[0].replace('_', '-')} is for `1bit registry census` "

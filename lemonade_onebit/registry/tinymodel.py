@@ -54,6 +54,17 @@ SIDE = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "dep
 HUB_KEYS = {"gpt2": {"n_ctx": "n_positions"},
             "gpt_neox": {"rotary_pct": "rope_parameters.partial_rotary_factor"},
             "t5": {"decoder_start_token_id": "pad_token_id"}}
+# Hybrids whose transformers default has one kind of layer where every hub checkpoint mixes two
+# (LFM2: all attention; Granite 4 hybrid: all Mamba): the layout of a real one, in two layers.
+LAYOUTS = {"lfm2": {"layer_types": ["conv", "full_attention"], "full_attn_idxs": [1]},
+           "granitemoehybrid": {"layer_types": ["mamba", "attention"]}}
+# Values hub configs spell otherwise than transformers writes them back, which the converter
+# compares against (Granite 4: `mamba`/`attention`, which transformers 5 reads as these).
+HUB_VALUES = {"granitemoehybrid": {"layer_types": {"linear_attention": "mamba",
+                                                   "full_attention": "attention"}}}
+# Model types whose converter writes the real checkpoints' M-RoPE split ([11, 11, 10] pairs of a
+# 256-wide head) when the config names none: a small head gets a split that fits its rotary part.
+MROPE = ("qwen3_5_text", "qwen3_5_moe_text")
 LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "num_decoder_layers", "n_layers")
 MAX_LAYERS = 8
 
@@ -109,6 +120,10 @@ def shrink(config: dict, side: bool = False) -> dict:
                     out[key] = n
         if isinstance(out.get("max_position_embeddings"), int):
             out["max_position_embeddings"] = min(out["max_position_embeddings"], 4096)
+    rope = out.get("rope_parameters")
+    if out.get("model_type") in MROPE and isinstance(rope, dict) and "mrope_section" not in rope:
+        pairs = int(out.get("head_dim", 16) * rope.get("partial_rotary_factor", 1.0)) // 2
+        out["rope_parameters"] = {**rope, "mrope_section": [pairs - pairs // 2, pairs // 2, 0]}
     for key, value in config.items():
         if isinstance(value, dict) and "model_type" in value:
             out[key] = shrink(value, side or key in SIDE_PARTS)
@@ -141,6 +156,11 @@ def prepare_tokenizers(folder: Path, gguf: Path) -> dict:
     if not (bpe / "tokenizer.json").is_file():
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tok.save_pretrained(bpe)
+        # the class hub BPE models name, which the converter's older transformers reads too
+        # (transformers 5 writes its own `TokenizersBackend`)
+        config = json.loads((bpe / "tokenizer_config.json").read_text())
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        (bpe / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     if not (spm / "tokenizer.model").is_file():
         import sentencepiece
 
@@ -191,21 +211,30 @@ def build(arch: str, out: Path, tokenizer: Path) -> dict:
     vocab, ids = _tokenizer_facts(tokenizer)
     small = _set_tokens(shrink(config_cls().to_dict()), vocab, ids)
     small.pop("architectures", None)
+    layout = LAYOUTS.get(small.get("model_type", ""))
+    if layout:
+        small.update(layout)
+        for key in LAYER_KEYS:
+            if isinstance(small.get(key), int):
+                small[key] = len(layout["layer_types"])
     config = config_cls.from_dict(small)
     torch.manual_seed(0)
     model = cls(config).to(torch.float32).eval()
     if out.exists():
         shutil.rmtree(out)
     model.save_pretrained(out, safe_serialization=True)
-    extra = HUB_KEYS.get(config.model_type)
-    if extra:
+    extra, renamed = HUB_KEYS.get(config.model_type), HUB_VALUES.get(config.model_type)
+    if extra or renamed:
         saved = json.loads((out / "config.json").read_text())
-        for key, source in extra.items():
+        for key, source in (extra or {}).items():
             value = saved
             for part in source.split("."):
                 value = value.get(part) if isinstance(value, dict) else None
             if value is not None:
                 saved.setdefault(key, value)
+        for key, names in (renamed or {}).items():
+            if isinstance(saved.get(key), list):
+                saved[key] = [names.get(v, v) for v in saved[key]]
         (out / "config.json").write_text(json.dumps(saved, indent=2))
     for item in tokenizer.iterdir():
         if item.is_file():
