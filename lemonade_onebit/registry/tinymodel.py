@@ -56,8 +56,9 @@ HUB_KEYS = {"gpt2": {"n_ctx": "n_positions"},
             "t5": {"decoder_start_token_id": "pad_token_id"}}
 # Hybrids whose transformers default has one kind of layer where every hub checkpoint mixes two
 # (LFM2: all attention; Granite 4 hybrid: all Mamba): the layout of a real one, in two layers.
-LAYOUTS = {"lfm2": {"layer_types": ["conv", "full_attention"], "full_attn_idxs": [1]},
-           "granitemoehybrid": {"layer_types": ["mamba", "attention"]}}
+LAYOUTS: dict[str, dict[str, list]] = {
+    "lfm2": {"layer_types": ["conv", "full_attention"], "full_attn_idxs": [1]},
+    "granitemoehybrid": {"layer_types": ["mamba", "attention"]}}
 # Values hub configs spell otherwise than transformers writes them back, which the converter
 # compares against (Granite 4: `mamba`/`attention`, which transformers 5 reads as these).
 HUB_VALUES = {"granitemoehybrid": {"layer_types": {"linear_attention": "mamba",
