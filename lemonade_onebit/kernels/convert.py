@@ -282,22 +282,19 @@ def quantise(f32: Path, out: Path, qtype: str, imatrix_text: Path | None,
 
 def h32_values(xp: compute.Backend, w: np.ndarray) -> np.ndarray:
     """The Q4_0 bytes of W·H32 (each 32-value block of each row rotated), rows kept."""
+    return q4_0_values(xp, w, compute.wht32)
+
+
+def q4_0_values(xp: compute.Backend, w: np.ndarray, transform=None) -> np.ndarray:
+    """The Q4_0 bytes of W's rows (of `transform(xp, rows)` first, where given), rows kept,
+    a step of rows at a time."""
     rows = w.reshape(-1, w.shape[-1])
     out = np.empty((rows.shape[0], rows.shape[1] // compute.QK4_0 * compute.Q4_0_BYTES),
                    dtype=np.uint8)
     step = _rows(rows, xp)
     for r in range(0, rows.shape[0], step):
-        out[r:r + step] = xp.q4_0(compute.wht32(xp, xp.load(rows[r:r + step])))
-    return out
-
-
-def q4_0_values(xp: compute.Backend, w: np.ndarray) -> np.ndarray:
-    rows = w.reshape(-1, w.shape[-1])
-    out = np.empty((rows.shape[0], rows.shape[1] // compute.QK4_0 * compute.Q4_0_BYTES),
-                   dtype=np.uint8)
-    step = _rows(rows, xp)
-    for r in range(0, rows.shape[0], step):
-        out[r:r + step] = xp.q4_0(xp.load(rows[r:r + step]))
+        block = xp.load(rows[r:r + step])
+        out[r:r + step] = xp.q4_0(transform(xp, block) if transform else block)
     return out
 
 
