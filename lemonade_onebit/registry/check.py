@@ -57,14 +57,6 @@ class CheckOptions:
     out: str | None = None  # checked.json elsewhere
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _post(url: str, body: dict, timeout: float = 120) -> tuple[int, bytes]:
     from lemonade_onebit import httpclient
 
@@ -97,7 +89,9 @@ def serve_probe(model: str, workdir: Path, question: str = "Say hello.",
                 max_tokens: int = 16) -> dict:
     """Start `1bit serve -m MODEL --device DEVICE`, ask one chat and one streamed chat, stop it.
     A result: {"ok", "stage", "reason", "answer", "streamed_chunks"}."""
-    port = _free_port()
+    from lemonade_onebit.serve.process import free_port
+
+    port = free_port()
     log_path = workdir / f"serve-{port}.log"
     argv = [sys.executable, "-m", "lemonade_onebit", "serve", "-m", model, "--device", device,
             "--port", str(port), "--alias", "probe"]
