@@ -144,7 +144,10 @@ def buffers(log: str) -> dict[str, float]:
 def argv_for(config: str, server: str, model: Path, port: int, ctx: int, threads: int | None,
              flags: tuple[str, ...], fit_target_mib: int | None) -> list[str]:
     argv = [server, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(ctx),
-            "-np", "1", "--no-webui"]
+            "-np", "1", "--no-webui",
+            # verbosity 4 (trace) writes libllama's `model buffer size` lines the resident and
+            # RAM columns read; it logs per request, not per token
+            "-lv", "4"]
     if threads:
         argv += ["-t", str(threads)]
     if config == "plan":

