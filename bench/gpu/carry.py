@@ -3,8 +3,8 @@
 The device tool sends the working tree and at most 64 MiB with each call; a warm machine keeps
 what earlier calls carried. So a set larger than one call (the test suite's wheels and the 98 MB
 embedded model) goes over several calls: this splits the files into `.h200/pN/` folders of at most
-`--room` bytes each, cutting a file too big for what is left of a folder into parts, and writes
-`.h200/manifest.json` (each file's parts and sha256) into the last folder. On the machine,
+what one call can carry, cutting a file too big for what is left of a folder into parts, and
+writes `manifest.json` (each file's parts and sha256) into the last folder. On the machine,
 `python3 bench/gpu/carry.py --join .h200 DEST` puts the files back together in DEST and checks
 every sha256.
 
@@ -25,8 +25,11 @@ MARGIN = 1024 * 1024  # the tool's own bookkeeping, and files that change betwee
 
 
 def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def tree_bytes(root: Path) -> int:
@@ -41,6 +44,9 @@ def tree_bytes(root: Path) -> int:
 
 
 def pack(files: list[Path], out: Path, room: int, first_room: int) -> list[Path]:
+    names = [path.name for path in files]
+    if len(set(names)) != len(names):
+        raise ValueError("two files of one name: they would share their parts")
     out.mkdir(parents=True, exist_ok=True)
     folders: list[Path] = []
     manifest: dict[str, dict] = {}
@@ -73,11 +79,12 @@ def pack(files: list[Path], out: Path, room: int, first_room: int) -> list[Path]
 
 
 def join(src: Path, dest: Path) -> int:
-    found = sorted(src.glob("p*/manifest.json"))
-    if not found:
-        print(f"carry: no manifest under {src}: were all its folders carried?", file=sys.stderr)
+    found = list(src.glob("p*/manifest.json"))
+    if len(found) != 1:
+        what = "no manifest" if not found else f"{len(found)} manifests (one packing's folders only)"
+        print(f"carry: {what} under {src}: were all its folders carried?", file=sys.stderr)
         return 2
-    manifest = json.loads(found[-1].read_text())
+    manifest = json.loads(found[0].read_text())
     dest.mkdir(parents=True, exist_ok=True)
     bad = []
     for name, entry in manifest.items():
@@ -115,7 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     if room <= args.first_extra:
         print("carry: the tree alone fills a call", file=sys.stderr)
         return 2
-    folders = pack(args.files, args.out, room, room - args.first_extra)
+    try:
+        folders = pack(args.files, args.out, room, room - args.first_extra)
+    except ValueError as e:
+        print(f"carry: {e}", file=sys.stderr)
+        return 2
     for folder in folders:
         size = sum(p.stat().st_size for p in folder.iterdir())
         print(f"{folder}  {size / 1e6:.1f} MB")

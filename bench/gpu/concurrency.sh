@@ -21,7 +21,7 @@ set -euo pipefail
 set -m  # each background job its own process group: a stop reaches cmake's and ninja's children
 T0=$(date +%s)
 OUT=${OUT:-/tmp/out}
-WORK=/tmp/onebit-gpu
+WORK=${ONEBIT_GPU_WORK:-/tmp/onebit-gpu}  # where bench/gpu/build.sh builds
 BUDGET_S=${BUDGET_S:-540}
 mkdir -p "$WORK" "$OUT"
 for need in .cache/lemonade_onebit-*.whl; do

@@ -12,7 +12,7 @@
 # instead of the overhead table.
 set -euo pipefail
 OUT=${OUT:-/tmp/out}
-WORK=/tmp/onebit-gpu
+WORK=${ONEBIT_GPU_WORK:-/tmp/onebit-gpu}  # where bench/gpu/build.sh builds
 mkdir -p "$WORK" "$OUT"
 nvidia-smi -L | tee "$OUT/gpu.txt"
 

