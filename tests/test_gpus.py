@@ -63,6 +63,18 @@ def test_a_model_no_gpu_holds_is_split_by_layer_by_free_memory(fake_sysfs, smoll
         assert flag in LLAMA_FLAG_ALIASES  # the pinned llama-server's own spellings
 
 
+def test_one_slot_is_counted_in_the_kv_cache_types_the_argv_asks_for(fake_sysfs, smollm2, cuda):
+    """SmolLM2 (93.8 MiB) with a 2,048-token slot: 45 MiB of f16 KV cache, 12.7 MiB of q4_0. With
+    1,210 MiB free, a GPU keeps 1,084.5 for compute and holds 125.5: the f16 slot does not fit
+    beside the weights, the q4_0 one does, and a cache kept in RAM (-nkvo) takes nothing."""
+    fake_gpu(fake_sysfs, [1200, 1210])
+    argv, _ = _plan(model=str(smollm2), executors=cuda, ctx_size=2048)
+    assert _after(argv, "--split-mode") == "layer"
+    for extra in (("-ctk", "q4_0", "-ctv", "q4_0"), ("-nkvo",)):
+        argv, said = _plan(model=str(smollm2), executors=cuda, ctx_size=2048, extra_args=extra)
+        assert _after(argv, "--device") == "CUDA1" and "--split-mode" not in argv, (extra, said)
+
+
 def test_device_cuda_n_picks_the_gpus(fake_sysfs, smollm2, cuda):
     fake_gpu(fake_sysfs, [142000, 142000])
     argv, _ = _plan(model=str(smollm2), executors=cuda, gpus=(1,))

@@ -11,7 +11,7 @@ choice; the row split is theirs to ask for (`-- -sm row`).
 from __future__ import annotations
 
 from lemonade_onebit.backends.llamacpp import flag_key
-from lemonade_onebit.backends.sizing import DEFAULT_CTX, KvShape, Room, gib
+from lemonade_onebit.backends.sizing import Room, gib
 from lemonade_onebit.devices import Memory
 from lemonade_onebit.errors import UsageError
 
@@ -41,12 +41,12 @@ def _names(prefix: str, gpus: list[Memory]) -> str:
 
 
 def place(argv: list[str], route: str, picked: tuple[int, ...], user_args: tuple[str, ...],
-          gpus: list[Memory], budget: int | None, weights: int, shape: KvShape | None,
-          slot_ctx: int | None, say) -> tuple[list[str], Room | None]:
+          gpus: list[Memory], budget: int | None, weights: int, one_slot: float,
+          say) -> tuple[list[str], Room | None]:
     """llama-server's argv with the GPUs to use, and the room its slots are planned in (None:
     unknown). `gpus`: what the driver reports, by ordinal; `budget`: $ONEBIT_GPU_BUDGET_GIB in
-    bytes; `weights` and one slot of `slot_ctx` tokens (the default context when None) decide
-    whether one GPU holds the model."""
+    bytes; `weights` and `one_slot` (the bytes of one slot's KV cache on the GPU) decide whether
+    one GPU holds the model."""
     prefix = DEVICE_NAMES.get(route)
     if prefix is None:
         return argv, (_room(sum(g.free for g in gpus), len(gpus), budget) if gpus else None)
@@ -75,7 +75,6 @@ def place(argv: list[str], route: str, picked: tuple[int, ...], user_args: tuple
         if picked or len(gpus) > 1:
             argv = [*argv, "--device", _names(prefix, chosen)]
         return argv, _room(chosen[0].free, 1, budget)
-    one_slot = shape.bytes_per_token() * (slot_ctx or DEFAULT_CTX) if shape else 0.0
     need = weights + one_slot
     best = max(chosen, key=lambda g: g.free)
     alone = _room(best.free, 1, budget)

@@ -11,7 +11,14 @@ from pathlib import Path
 
 from lemonade_onebit.backends.base import Launcher
 from lemonade_onebit.backends.llamacpp import slot_ask, with_slots
-from lemonade_onebit.backends.sizing import DEFAULT_CTX, MAX_AUTO_SLOTS, KvShape, Room, plan_slots
+from lemonade_onebit.backends.sizing import (
+    DEFAULT_CTX,
+    MAX_AUTO_SLOTS,
+    KvShape,
+    Room,
+    SlotAsk,
+    plan_slots,
+)
 from lemonade_onebit.config import ServeConfig
 from lemonade_onebit.modelref import ModelRef
 
@@ -77,15 +84,14 @@ def size_slots(config: ServeConfig, launcher: Launcher, model: ModelRef, facts, 
         room = Room(sum(m.free for m in memory), len(memory)) if memory else None
     else:
         argv, room = place(argv, launcher.info.device, config.gpus, config.extra_args, memory,
-                           budget_bytes(), weights, shape, ask.ctx if ask else None, say)
+                           budget_bytes(), weights, one_slot_bytes(shape, ask), say)
     if ask is None:
         say("llama-server chooses its own slots (the -np or -c given after `--`)")
         return argv
     max_auto, why = MAX_AUTO_SLOTS, ""
     if facts is not None and facts.moe and room is not None and shape is not None:
         dense = dense_bytes(model)
-        one = shape.bytes_per_token(ask.type_k, ask.type_v) * (ask.ctx or DEFAULT_CTX)
-        if dense is not None and weights + one + room.headroom > room.free:
+        if dense is not None and weights + one_slot_bytes(shape, ask) + room.headroom > room.free:
             weights, max_auto = dense, MOE_AUTO_SLOTS
             why = (f"; a MoE file larger than the GPU's room: slots are planned beside its dense "
                    f"weights, at most {MOE_AUTO_SLOTS}, and the experts get what is left")
@@ -93,6 +99,16 @@ def size_slots(config: ServeConfig, launcher: Launcher, model: ModelRef, facts, 
                       draft_per_token=draft_kv_per_token(config))
     say(plan.message + (why if plan.slots else ""))
     return with_slots(argv, plan.slots, plan.ctx)
+
+
+def one_slot_bytes(shape: KvShape | None, ask: SlotAsk | None) -> float:
+    """One slot's KV cache on the GPU as the argv asks for it: its cache types and context (the
+    default context where the argv leaves it to llama-server), nothing with `-nkvo`."""
+    if shape is None or (ask is not None and ask.kv_on_host):
+        return 0.0
+    if ask is None:
+        return shape.bytes_per_token() * DEFAULT_CTX
+    return shape.bytes_per_token(ask.type_k, ask.type_v) * (ask.ctx or DEFAULT_CTX)
 
 
 def dense_bytes(model: ModelRef) -> int | None:
