@@ -529,3 +529,37 @@ def test_a_next_link_to_another_server_is_refused_and_gets_no_token(listing, tmp
         assert other.seen == []
     finally:
         other.close()
+
+
+@pytest.mark.executor
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_a_check_that_is_stopped_takes_its_serve_and_executor_with_it(smollm2, tmp_path, how):
+    """The smoke check's serve (and so its llama-server) end with the check, whether it is killed
+    outright or asked to stop; a long greedy answer keeps the probe busy meanwhile."""
+    import signal
+
+    import psutil
+    from conftest import wait_for
+
+    code = ("import sys; from pathlib import Path\n"
+            "from lemonade_onebit.registry.check import serve_probe\n"
+            "from lemonade_onebit.serve.process import exit_on_sigterm\n"
+            "exit_on_sigterm()\n"
+            "serve_probe(sys.argv[1], Path(sys.argv[2]), ready_s=300, max_tokens=100000)")
+    check = subprocess.Popen([sys.executable, "-c", code, str(smollm2), str(tmp_path)])
+    try:
+        me = psutil.Process(check.pid)
+
+        def executor_up():
+            kids = me.children(recursive=True)
+            return kids if any("llama-server" in " ".join(k.cmdline()) for k in kids) else None
+
+        kids = wait_for(executor_up, "the probe's serve and llama-server", timeout=120)
+        check.send_signal(getattr(signal, how))
+        check.wait(timeout=30)
+        _, alive = psutil.wait_procs(kids, timeout=30)
+        assert not alive, [k.cmdline() for k in alive]
+    finally:
+        if check.poll() is None:
+            check.kill()
+            check.wait()

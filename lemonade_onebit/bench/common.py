@@ -14,6 +14,7 @@ from tqdm import tqdm
 from lemonade_onebit import httpclient
 from lemonade_onebit.errors import RunError, UsageError
 from lemonade_onebit.portable import try_lock
+from lemonade_onebit.serve.process import exit_on_sigterm  # noqa: F401  (the benchmarks take it from here)
 
 # Every request: no prompt cache, no thinking, so configs and runs compare.
 COMMON = {"cache_prompt": False, "chat_template_kwargs": {"enable_thinking": False}}
@@ -138,16 +139,6 @@ def stop(proc: subprocess.Popen, grace: float = 15) -> None:
             pass
     signal_group(proc.pid, signal.SIGKILL)  # what it left in its group
     proc.wait()
-
-
-def exit_on_sigterm() -> None:
-    """SIGTERM ends a benchmark the way Ctrl-C does, so its `finally` stops what it started."""
-    import signal
-
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 def take_lock(path: str):

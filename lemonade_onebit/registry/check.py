@@ -89,7 +89,7 @@ def serve_probe(model: str, workdir: Path, question: str = "Say hello.",
                 max_tokens: int = 16) -> dict:
     """Start `1bit serve -m MODEL --device DEVICE`, ask one chat and one streamed chat, stop it.
     A result: {"ok", "stage", "reason", "answer", "streamed_chunks"}."""
-    from lemonade_onebit.serve.process import free_port
+    from lemonade_onebit.serve.process import free_port, signal_group, spawn
 
     port = free_port()
     log_path = workdir / f"serve-{port}.log"
@@ -98,8 +98,8 @@ def serve_probe(model: str, workdir: Path, question: str = "Say hello.",
     if device == ROUTE:
         argv += ["-c", "2048"]
     url = f"http://127.0.0.1:{port}"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    with open(log_path, "wb") as log:  # serve's own spawn: it dies with this process, even by SIGKILL
+        proc = spawn(argv, stdout=log)
     try:
         deadline = time.monotonic() + ready_s
         while True:
@@ -138,11 +138,11 @@ def serve_probe(model: str, workdir: Path, question: str = "Say hello.",
                 "streamed_chunks": len(chunks)}
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                signal_group(proc.pid, signal.SIGKILL)
                 proc.wait()
 
 
@@ -255,6 +255,9 @@ def _order(reg: dict, census: dict[str, int]) -> list[str]:
 def check_command(opts: CheckOptions) -> int:
     from lemonade_onebit.registry import llama_digest, write_json
     from lemonade_onebit.registry.locate import llama_source
+    from lemonade_onebit.serve.process import exit_on_sigterm
+
+    exit_on_sigterm()  # a SIGTERM stops the serve and the model builder in progress, as Ctrl-C does
 
     if not Path(opts.python).is_file():
         raise UsageError(f"--python {opts.python}: no such file; `make registry-check` makes "

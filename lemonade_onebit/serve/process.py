@@ -77,6 +77,17 @@ def signal_group(pid: int, sig: int) -> None:
         pass
 
 
+def exit_on_sigterm() -> None:
+    """SIGTERM ends a command the way Ctrl-C does, so its `finally` stops what it started (a
+    benchmark's serves, a registry check's)."""
+    import signal
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
