@@ -10,7 +10,10 @@ the runtime's reserve, plus the share). Each config then gets the same budget:
   MiB minus the budget, so that what llama.cpp may use is the budget (fit-target is the memory
   it leaves free on the device);
 - cpu-moe: `-ngl 99 --cpu-moe`, every routed expert in RAM whatever the budget (run once a
-  round).
+  round);
+- plan-at-fit: the plan for the GPU memory fit really used in the same round (nvidia-smi), for a
+  like-for-like comparison where fit oversteps the budget (run after fit; left out, and counted,
+  where that memory is unknown).
 
 Every run is a fresh llama-server (127.0.0.1, one slot, fixed `-c`); the order of budgets and of
 configs turns each round. A run records load time, the prompt tok/s of an uncached prompt of
@@ -48,7 +51,7 @@ from lemonade_onebit.moe.inspect import MoeIndex, read_index  # noqa: E402
 from lemonade_onebit.moe.memory import lockable_bytes, ram_available  # noqa: E402
 from lemonade_onebit.moe.plan import Memory, MiB, Workload, budget_for, plan  # noqa: E402
 
-CONFIGS = ("plan", "fit", "cpu-moe")
+CONFIGS = ("plan", "fit", "cpu-moe", "plan-at-fit")
 BUFFER = re.compile(r"(\S+) (model|KV|compute|output) buffer size =\s*([\d.]+) MiB")
 
 
@@ -150,7 +153,7 @@ def argv_for(config: str, server: str, model: Path, port: int, ctx: int, threads
             "-lv", "4"]
     if threads:
         argv += ["-t", str(threads)]
-    if config == "plan":
+    if config in ("plan", "plan-at-fit"):
         return argv + ["-ngl", "99", *flags]
     if config == "fit":
         return argv + ["--fit", "on", "--fit-target", str(max(fit_target_mib or 0, 0))]
@@ -180,7 +183,7 @@ def one_run(config: str, pct: int, budget: int, args, index: MoeIndex, logs: Pat
     free = args.gpu_free_mib or settled_free_mib()
     flags: tuple[str, ...] = ()
     planned = None
-    if config == "plan":
+    if config in ("plan", "plan-at-fit"):
         memory = Memory(budget, ram_available(), lockable_bytes(), "of GPU budget")
         placement = plan(index, memory, Workload(ctx=args.ctx, parallel=1), "cuda")
         flags, planned = placement.flags, placement.as_json()
@@ -241,15 +244,18 @@ def summary(samples: list[dict]) -> list[dict]:
                                     default=None),
                 "within_budget": all(s["within_budget"] is not False for s in mine),
                 "runs": len(mine)}
-        if "plan" in row and "fit" in row:
+        for mine, name in (("plan", "plan_vs_fit"), ("plan-at-fit", "plan_at_fit_vs_fit")):
+            if mine not in row or "fit" not in row:
+                continue
             # paired ratios, round by round, then their median
             pairs = [(p, f) for p in samples for f in samples
-                     if p["config"] == "plan" and f["config"] == "fit" and p["round"] == f["round"]
+                     if p["config"] == mine and f["config"] == "fit" and p["round"] == f["round"]
                      and p["budget_pct"] == f["budget_pct"] == pct]
             for key in ("decode_tps", "prompt_tps"):
                 ratios = [statistics.median(p[key]) / statistics.median(f[key]) for p, f in pairs]
-                row[f"plan_vs_fit_{key}"] = round(statistics.median(ratios), 4) if ratios else None
-        row["budget_mib"] = next(s["budget_mib"] for s in samples if s["budget_pct"] == pct)
+                row[f"{name}_{key}"] = round(statistics.median(ratios), 4) if ratios else None
+        row["budget_mib"] = next(s["budget_mib"] for s in samples
+                                 if s["budget_pct"] == pct and s["config"] != "plan-at-fit")
         rows.append(row)
     return rows
 
@@ -263,8 +269,8 @@ def table(rows: list[dict]) -> str:
              "cpu-moe decode tok/s | plan / fit decode | plan prompt tok/s | fit prompt tok/s | "
              "cpu-moe prompt tok/s | plan / fit prompt | "
              "resident: plan / fit | in budget: plan / fit | experts from RAM per token (MiB): "
-             "plan / fit |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "plan / fit | plan at fit's memory: decode tok/s | plan at fit's memory / fit decode |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         res = (f"{cell(row, 'plan', 'experts_resident', '.0%')} / "
                f"{cell(row, 'fit', 'experts_resident', '.0%')}")
@@ -278,7 +284,8 @@ def table(rows: list[dict]) -> str:
             f"{cell(row, 'cpu-moe', 'decode_tps', '.1f')} | {row.get('plan_vs_fit_decode_tps', '')} | "
             f"{cell(row, 'plan', 'prompt_tps', '.0f')} | {cell(row, 'fit', 'prompt_tps', '.0f')} | "
             f"{cell(row, 'cpu-moe', 'prompt_tps', '.0f')} | {row.get('plan_vs_fit_prompt_tps', '')} | "
-            f"{res} | {ok} | {ram} |")
+            f"{res} | {ok} | {ram} | {cell(row, 'plan-at-fit', 'decode_tps', '.1f')} | "
+            f"{row.get('plan_at_fit_vs_fit_decode_tps', '')} |")
     return "\n".join(lines)
 
 
@@ -323,28 +330,41 @@ def main() -> int:
             "cpu_count": os.cpu_count(), "llama_server": args.llama_server}
     samples: list[dict] = []
     skipped = 0
+    no_fit_memory = 0  # plan-at-fit runs left out: fit's GPU memory unknown (no nvidia-smi)
 
     def save() -> None:
         if args.json:
             args.json.write_text(json.dumps({"meta": meta, "samples": samples,
                                              "summary": summary(samples),
-                                             "skipped_for_deadline": skipped}, indent=1))
+                                             "skipped_for_deadline": skipped,
+                                             "plan_at_fit_left_out": no_fit_memory}, indent=1))
 
     order = sorted(budgets, reverse=True)
     for r in range(args.rounds):
         turn = order[r % len(order):] + order[:r % len(order)]
         runs = []
         for i, pct in enumerate(turn):
-            names = [c for c in configs if c != "cpu-moe"]
+            names = [c for c in configs if c not in ("cpu-moe", "plan-at-fit")]
             runs += [(c, pct) for c in (names if (r + i) % 2 == 0 else names[::-1])]
         if "cpu-moe" in configs:
             runs.insert(r % (len(runs) + 1), ("cpu-moe", min(budgets)))
-        for config, pct in runs:
+        while runs:
+            config, pct = runs.pop(0)
             if args.deadline and time.monotonic() - began > args.deadline:
                 skipped += 1
                 continue
-            sample = one_run(config, pct, budgets[pct], args, index, logs, r)
+            if config == "plan-at-fit":
+                used = next(s["gpu_used_mib"] for s in samples if s["config"] == "fit"
+                            and s["round"] == r and s["budget_pct"] == pct)
+                sample = one_run(config, pct, used * MiB, args, index, logs, r)
+            else:
+                sample = one_run(config, pct, budgets[pct], args, index, logs, r)
             samples.append(sample)
+            if config == "fit" and "plan-at-fit" in configs:
+                if sample["gpu_used_mib"]:
+                    runs.insert(0, ("plan-at-fit", pct))  # next, while the machine is as fit left it
+                else:
+                    no_fit_memory += 1
             print(f"round {r} {config:8} {pct:3}%: decode {statistics.median(sample['decode_tps']):.1f}"
                   f" tok/s, prompt {statistics.median(sample['prompt_tps']):.0f} tok/s, resident "
                   f"{sample['experts_resident']}, GPU {sample['gpu_used_mib']} of "
@@ -354,6 +374,8 @@ def main() -> int:
     print(table(summary(samples)))
     if skipped:
         print(f"{skipped} runs left out: --deadline {args.deadline:g} s reached")
+    if no_fit_memory:
+        print(f"{no_fit_memory} plan-at-fit runs left out: fit's GPU memory is unknown here")
     return 0
 
 

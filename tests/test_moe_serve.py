@@ -131,9 +131,34 @@ def test_the_placement_benchmark_runs_every_config(moe_tiny, llama_server, tmp_p
     data = json.loads(out.read_text())
     runs = {(s["config"], s["budget_pct"]) for s in data["samples"]}
     assert runs == {("plan", 100), ("plan", 50), ("fit", 100), ("fit", 50), ("cpu-moe", 50)}
+    assert data["plan_at_fit_left_out"] == 2  # no nvidia-smi here: fit's GPU memory is unknown
     assert all(min(s["decode_tps"]) > 0 and min(s["prompt_tps"]) > 0 for s in data["samples"])
     fit = next(s for s in data["samples"] if s["config"] == "fit" and s["budget_pct"] == 50)
     assert fit["fit_target_mib"] == 100000 - data["meta"]["budgets_mib"]["50"]
     plan = next(s for s in data["samples"] if s["config"] == "plan" and s["budget_pct"] == 50)
     assert "--n-cpu-moe" in plan["argv"] and plan["planned"]["resident_fraction"] == 0.5
     assert "| experts resident (budget) |" in done.stdout
+
+
+def test_plan_at_fits_memory_is_paired_with_fit_round_by_round():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import moe_speed
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+    def sample(config, round_no, decode, budget_mib=8265, used=None):
+        return {"config": config, "round": round_no, "budget_pct": 75, "budget_mib": budget_mib,
+                "decode_tps": [decode], "prompt_tps": [1000.0], "experts_resident": 0.8,
+                "experts_from_ram_mib_per_token": 100.0, "gpu_used_mib": used,
+                "within_budget": used is None or used <= budget_mib}
+
+    samples = [sample("fit", 0, 200.0, used=8396), sample("plan-at-fit", 0, 210.0, 8396, 8300),
+               sample("plan", 0, 180.0, used=7858), sample("fit", 1, 220.0, used=8396),
+               sample("plan-at-fit", 1, 209.0, 8396, 8350), sample("plan", 1, 190.0, used=7858)]
+    row = moe_speed.summary(samples)[0]
+    assert row["budget_mib"] == 8265  # the budget's, not fit's memory
+    assert row["plan_at_fit_vs_fit_decode_tps"] == round((210 / 200 + 209 / 220) / 2, 4)
+    assert row["plan_vs_fit_decode_tps"] == round((180 / 200 + 190 / 220) / 2, 4)
+    line = moe_speed.table([row]).splitlines()[-1]
+    assert line.endswith(f"| 209.5 | {row['plan_at_fit_vs_fit_decode_tps']} |")
