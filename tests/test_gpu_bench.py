@@ -54,6 +54,8 @@ def test_the_configs_are_defaults_auto_each_candidate_serve_and_the_set_in_that_
     assert specs[-2] == f"serve={serve}"  # what a user gets: auto and the shipped recipes
     assert specs[-1] == f"set={serve} -- --no-cache-idle-slots -b 4096 -ub 1024"
     assert driver.configs("/b/llama-server", ["auto", "defaults"])[0].startswith("auto=")
+    assert driver.configs("/b/llama-server", ["serve-c1024", "serve-np32"]) == [
+        f"serve-c1024={serve} -c 1024", f"serve-np32={serve} -- -np 32"]  # by name only
     with pytest.raises(SystemExit, match="no config nope"):
         driver.configs("/b/llama-server", ["nope"])
 

@@ -54,7 +54,12 @@ def configs(llama_server: str, names: list[str] | None) -> list[str]:
     found["serve"] = serve
     together = [arg for cid in data["set"] for arg in by_id[cid]["args"]]
     found["set"] = f"{serve} -- {' '.join(together)}"
-    chosen = names or list(found)
+    default = list(found)
+    # asked for by name only: what a user gets with a smaller slot context (so --parallel auto
+    # plans 1,024-cell slots) and with 32 slots instead of auto's count
+    found["serve-c1024"] = f"{serve} -c 1024"
+    found["serve-np32"] = f"{serve} -- -np 32"
+    chosen = names or default
     unknown = [n for n in chosen if n not in found]
     if unknown:
         raise SystemExit(f"--configs: no config {', '.join(unknown)}; known: {', '.join(found)}")
