@@ -63,22 +63,25 @@ def package(pin: dict) -> str:
 
 # -- generated files ---------------------------------------------------------------------------
 
-def constraints_text(manifest: dict) -> str:
-    lines = ["# Generated from lemonade_onebit/pins.json by `1bit pins sync`; do not edit.",
-             "# Exact versions `make setup` and CI install (pip -c). Licences: thirdparty/README.md."]
-    lines += [f"{package(pin)}=={pin['version']}" for pin in installed(manifest)]
+def _constraints(about: list[str], pins) -> str:
+    """A constraints file: the generated-file header, `about`, then `package==version` a pin."""
+    lines = ["# Generated from lemonade_onebit/pins.json by `1bit pins sync`; do not edit.", *about]
+    lines += [f"{package(pin)}=={pin['version']}" for pin in pins]
     return "\n".join(lines) + "\n"
+
+
+def constraints_text(manifest: dict) -> str:
+    return _constraints(["# Exact versions `make setup` and CI install (pip -c). Licences: "
+                         "thirdparty/README.md."], installed(manifest))
 
 
 def convert_constraints_text(manifest: dict) -> str:
     """constraints.txt with the converter's own pins in place of ours (.venv-convert/)."""
     theirs = {_norm(package(pin)): pin for pin in manifest.get("converter", [])}
-    lines = ["# Generated from lemonade_onebit/pins.json by `1bit pins sync`; do not edit.",
-             "# What `make registry-check` installs in .venv-convert/, where llama.cpp's converter",
-             "# runs: constraints.txt with the converter's own pins (pins.json `converter`)."]
-    lines += [f"{package(theirs.get(_norm(package(pin)), pin))}=="
-              f"{theirs.get(_norm(package(pin)), pin)['version']}" for pin in installed(manifest)]
-    return "\n".join(lines) + "\n"
+    return _constraints(
+        ["# What `make registry-check` installs in .venv-convert/, where llama.cpp's converter",
+         "# runs: constraints.txt with the converter's own pins (pins.json `converter`)."],
+        (theirs.get(_norm(package(pin)), pin) for pin in installed(manifest)))
 
 
 def _cell(text: str) -> str:
