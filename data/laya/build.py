@@ -94,16 +94,20 @@ LONG_INTROS = ["Summarize this article:\n\n", "Here is a document. What are its 
 
 
 def read_family(path: Path) -> list[dict]:
-    """`class: text` lines; `#` lines describe the family; `\\n` in a text is a line break."""
-    out = []
+    """`class: text` lines; `#` lines describe the family; `\\n` in a text is a line break. A
+    `# author: NAME` line names the author of several families: the split keeps them together."""
+    out, author = [], None
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("# author:"):
+            author = line.split(":", 1)[1].strip()
         if not line.strip() or line.startswith("#"):
             continue
         match = LINE.match(line)
         if not match:
             raise SystemExit(f"{path.name}:{number}: expected 'code|prose|short: TEXT'")
         text = match.group(2).replace("\\n", "\n")
-        out.append({"class": match.group(1), "text": text, "family": path.stem, "source": "hand"})
+        out.append({"class": match.group(1), "text": text, "family": path.stem, "source": "hand",
+                    **({"author": author} if author else {})})
     return out
 
 

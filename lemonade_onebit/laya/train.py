@@ -4,8 +4,9 @@ Reproduce the shipped model:
 
     make laya-model     # python data/laya/build.py && python -m lemonade_onebit.laya.train
 
-The temperature comes from out-of-fold logits: the training families are split into FOLDS groups,
-each group is scored by a model trained without it, and T minimises the NLL of those scores.
+The temperature comes from out-of-fold logits: the training families are split into FOLDS folds
+(an author's families together), each fold is scored by a model trained without it, and T
+minimises the NLL of those scores.
 `--report` prints the figures of docs/laya.md (family-held-out accuracy, reliability, ECE).
 """
 
@@ -78,11 +79,11 @@ def fold_of(family: str) -> int:
     return zlib.crc32(family.encode()) % FOLDS
 
 
-def out_of_fold(texts: list[str], labels: list[str], families: list[str],
+def out_of_fold(texts: list[str], labels: list[str], groups: list[str],
                 l2: float = L2) -> np.ndarray:
     """Logits of every case from a model that never saw its family."""
     out = np.zeros((len(texts), len(CLASSES)))
-    folds = np.array([fold_of(f) for f in families])
+    folds = np.array([fold_of(f) for f in groups])
     for k in range(FOLDS):
         inside = folds == k
         W, b = fit([t for t, i in zip(texts, inside) if not i],
@@ -92,15 +93,18 @@ def out_of_fold(texts: list[str], labels: list[str], families: list[str],
 
 
 def load(path: Path) -> tuple[list[str], list[str], list[str]]:
-    """(texts, labels, families) of the classifier's classes; long_doc is decided by length."""
+    """(texts, labels, groups) of the classifier's classes; long_doc is decided by length. A
+    case's group is its author where one author wrote several groups (data/laya/README.md),
+    else its family: the folds hold out whole groups."""
     cases = [c for c in json.loads(path.read_text())["cases"] if c["class"] in CLASSES]
-    return [c["text"] for c in cases], [c["class"] for c in cases], [c["family"] for c in cases]
+    return ([c["text"] for c in cases], [c["class"] for c in cases],
+            [c.get("author", c["family"]) for c in cases])
 
 
 def train(path: Path) -> dict[str, np.ndarray]:
-    texts, labels, families = load(path)
+    texts, labels, groups = load(path)
     y = np.array([CLASSES.index(label) for label in labels])
-    temperature = fit_temperature(out_of_fold(texts, labels, families), y)
+    temperature = fit_temperature(out_of_fold(texts, labels, groups), y)
     W, b = fit(texts, labels)
     return {"W": W.astype(np.float16), "b": b, "T": np.array(temperature, dtype=np.float32)}
 
@@ -133,24 +137,24 @@ def floor_table(confidence: np.ndarray, correct: np.ndarray) -> tuple[list[str],
 
 
 def report(path: Path, held_out: Path) -> str:
-    """Family-held-out figures: grouped k-fold on the training families, then the shipped model
-    on the held-out families; reliability and ECE before and after temperature scaling."""
-    texts, labels, families = load(path)
+    """Family-held-out figures: grouped k-fold on the training groups, then the shipped model
+    on the held-out groups; reliability and ECE before and after temperature scaling."""
+    texts, labels, groups = load(path)
     y = np.array([CLASSES.index(label) for label in labels])
-    oof = out_of_fold(texts, labels, families)
+    oof = out_of_fold(texts, labels, groups)
     temperature = fit_temperature(oof, y)
     right = oof.argmax(1) == y
-    lines = [f"grouped {FOLDS}-fold over {len(set(families))} training families, {len(texts)} "
+    lines = [f"grouped {FOLDS}-fold over {len(set(groups))} training groups, {len(texts)} "
              f"cases: accuracy {right.mean() * 100:.1f}%; temperature {temperature}"]
     for k, klass in enumerate(CLASSES):
         lines.append(f"  {klass}: {int(right[y == k].sum())}/{int((y == k).sum())}")
     with np.load(MODEL) as data:
         W, b = data["W"], data["b"]
-    h_texts, h_labels, h_families = load(held_out)
+    h_texts, h_labels, h_groups = load(held_out)
     h_y = np.array([CLASSES.index(label) for label in h_labels])
     h_logits = raw_logits(W, b, h_texts)
     right = h_logits.argmax(1) == h_y
-    lines.append(f"held-out families ({len(set(h_families))}, {len(h_texts)} cases): accuracy "
+    lines.append(f"held-out groups ({len(set(h_groups))}, {len(h_texts)} cases): accuracy "
                  f"{right.mean() * 100:.1f}%")
     for k, klass in enumerate(CLASSES):
         lines.append(f"  {klass}: {int(right[h_y == k].sum())}/{int((h_y == k).sum())}")
