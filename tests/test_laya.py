@@ -4,10 +4,12 @@ and the shipped model reproduced from the repo."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from lemonade_onebit.laya.policy import load_policy, pick_device
 ROOT = Path(__file__).resolve().parent.parent
 EVAL = ROOT / "data" / "laya" / "eval.json"
 TRAIN = ROOT / "data" / "laya" / "train.json"
-HELD_OUT_BAR = 0.91  # docs/laya.md: the figure measured on the held-out families; the aim is 97%
+HELD_OUT_BAR = 0.91  # docs/laya.md: 92.4% measured on eval.json (long_doc included); aim: 97%
 
 
 def route(*args: str) -> subprocess.CompletedProcess:
@@ -35,7 +37,7 @@ def cases(path: Path) -> list[dict]:
 
 
 def test_held_out_accuracy_and_latency_meet_the_bar():
-    """The held-out part is whole families of requests the model never saw (data/laya/README.md)."""
+    """The held-out part is whole families and authors the model never saw (data/laya/README.md)."""
     out = route("--eval", str(EVAL), "--json")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
@@ -57,7 +59,12 @@ def test_training_never_sees_the_held_out_families_nor_near_copies_of_their_requ
     assert all(c["family"] and c["source"] in ("hand", "generated") for c in train + held)
     assert not {c["family"] for c in train} & {c["family"] for c in held}
     authors = [{c["author"] for c in part if "author" in c} for part in (train, held)]
-    assert authors[1] and not authors[0] & authors[1]  # an author's families stay on one side
+    assert len(authors[0]) >= 20 and len(authors[1]) >= 5  # the folds group by them
+    assert not authors[0] & authors[1]  # an author's families stay on one side
+    by_family: dict[str, set] = {}
+    for c in train + held:
+        by_family.setdefault(c["family"], set()).add(c.get("author"))
+    assert all(len(names) == 1 for names in by_family.values())  # one author per family
     assert not {c["text"] for c in train} & {c["text"] for c in held}
     assert len({c["family"] for c in held if c["source"] == "hand"}) >= 15
     # A paraphrase shares the rare words of its original; a shared question form ("what makes a
@@ -72,6 +79,33 @@ def test_training_never_sees_the_held_out_families_nor_near_copies_of_their_requ
         mine = _words(case["text"])
         closest = max(rarity(mine & w) / rarity(mine | w) for w in train_words)
         assert closest < 0.8, case["text"]
+
+
+def _read_family(path: Path) -> list[dict]:
+    sys.path.insert(0, str(ROOT / "data" / "laya"))
+    try:
+        build = importlib.import_module("build")
+    finally:
+        sys.path.pop(0)
+    return build.read_family(path)
+
+
+@pytest.mark.parametrize("lines, error", [
+    (["# who", "# author: w01", "code: a", "short: b"], None),
+    (["# who", "# Author : w01", "code: a"], None),
+    (["# who", "code: a", "# author: w01"], "before the first request"),
+    (["# author: w01", "# author: w02", "code: a"], "one '# author: NAME' line"),
+    (["# author:  ", "code: a"], "one '# author: NAME' line"),
+    (["# who", "poem: a"], "expected 'code|prose|short: TEXT'"),
+])
+def test_a_family_file_names_one_author_before_its_requests(tmp_path, lines, error):
+    path = tmp_path / "fam.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if error is None:
+        assert {c["author"] for c in _read_family(path)} == {"w01"}
+    else:
+        with pytest.raises(SystemExit, match=re.escape(error)):
+            _read_family(path)
 
 
 def test_temperature_scaling_recovers_the_temperature_that_made_the_labels():

