@@ -4,7 +4,7 @@ and the shipped model reproduced from the repo."""
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import json
 import math
 import re
@@ -82,9 +82,13 @@ def test_training_never_sees_the_held_out_families_nor_near_copies_of_their_requ
 
 
 def _read_family(path: Path) -> list[dict]:
-    sys.path.insert(0, str(ROOT / "data" / "laya"))
+    """data/laya/build.py's reader, loaded from its file (`build` alone may name another module)."""
+    folder = ROOT / "data" / "laya"
+    spec = importlib.util.spec_from_file_location("laya_data_build", folder / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(folder))  # for its `import cases`
     try:
-        build = importlib.import_module("build")
+        spec.loader.exec_module(build)
     finally:
         sys.path.pop(0)
     return build.read_family(path)

@@ -79,19 +79,20 @@ def size_slots(config: ServeConfig, launcher: Launcher, model: ModelRef, facts, 
     ask = slot_ask(argv, config)
     shape = KvShape.from_facts(facts) if facts is not None else None
     weights = weight_bytes(model, config)
+    one_slot = one_slot_bytes(shape, ask)
     memory = device_memory(launcher.info.needs)
     if config.rpc:  # llama.cpp splits over the local GPUs and the workers by itself
         room = Room(sum(m.free for m in memory), len(memory)) if memory else None
     else:
         argv, room = place(argv, launcher.info.device, config.gpus, config.extra_args, memory,
-                           budget_bytes(), weights, one_slot_bytes(shape, ask), say)
+                           budget_bytes(), weights, one_slot, say)
     if ask is None:
         say("llama-server chooses its own slots (the -np or -c given after `--`)")
         return argv
     max_auto, why = MAX_AUTO_SLOTS, ""
     if facts is not None and facts.moe and room is not None and shape is not None:
         dense = dense_bytes(model)
-        if dense is not None and weights + one_slot_bytes(shape, ask) + room.headroom > room.free:
+        if dense is not None and weights + one_slot + room.headroom > room.free:
             weights, max_auto = dense, MOE_AUTO_SLOTS
             why = (f"; a MoE file larger than the GPU's room: slots are planned beside its dense "
                    f"weights, at most {MOE_AUTO_SLOTS}, and the experts get what is left")
