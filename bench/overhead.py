@@ -127,8 +127,9 @@ def main() -> int:
     serve = start(
         [str(Path(sys.executable).parent / "1bit"), "serve", "-m", args.model,
          "--port", str(serve_port), "--device", args.device, "--llama-server", executor,
-         # llama-server's own slots, as on the direct side (serve sizes them on a GPU route)
-         "--", "-np", "-1", *extra], logs,
+         # the direct side's command line: no recipes (so no `-bs`, and no request rewritten
+         # for it), and llama-server's own slots (serve sizes them on a GPU route)
+         "--no-recipes", "--", "-np", "-1", *extra], logs,
     )
     urls = {"direct": f"http://127.0.0.1:{direct_port}", "serve": f"http://127.0.0.1:{serve_port}"}
     try:

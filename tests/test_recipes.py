@@ -125,7 +125,8 @@ def test_malformed_recipe_file_stops_serve(smollm2, tmp_path):
 def test_the_cuda_backend_sampling_recipe_keeps_greedy_output_and_grammar_requests(
         start_serve, smollm2):
     """The shipped cuda recipe's flag on the pinned llama-server (its CPU backend here: the same
-    sampler code runs in the graph): greedy text is unchanged, and a request with a JSON schema,
+    sampler code runs in the graph): greedy text is unchanged, with or without the filters serve
+    takes off greedy requests under the flag, and a request with a JSON schema,
     which llama-server samples on the CPU under the flag, still answers valid JSON."""
     from conftest import http
 
@@ -146,8 +147,21 @@ def test_the_cuda_backend_sampling_recipe_keeps_greedy_output_and_grammar_reques
         status, body = http("POST", serve.url + "/v1/chat/completions", greedy)
         assert status == 200, body
         texts.append(json.loads(body)["choices"][0]["message"]["content"])
-    assert texts[0] and texts[0] == texts[1]
-    assert "-bs" in sampled.children()[0].cmdline()
+    executor = sampled.children()[0]
+    assert "-bs" in executor.cmdline()
+    # Under -bs serve sends greedy requests without top-k, top-p and min-p (the executor's slot
+    # shows it); straight to the executor, with its default filters, the text is the same.
+    argv = executor.cmdline()
+    direct = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
+    auth = {"Authorization": f"Bearer {executor.environ()['LLAMA_API_KEY']}"}
+    status, body = http("GET", direct + "/slots", headers=auth)
+    assert status == 200, body
+    used = [s["params"] for s in json.loads(body) if s.get("params", {}).get("top_k") == 0]
+    assert used and used[0]["top_p"] == 1.0 and used[0]["min_p"] == 0.0
+    status, body = http("POST", direct + "/v1/chat/completions", greedy, headers=auth)
+    assert status == 200, body
+    texts.append(json.loads(body)["choices"][0]["message"]["content"])
+    assert texts[0] and texts[0] == texts[1] == texts[2]
     status, body = http("POST", sampled.url + "/v1/chat/completions", schema)
     assert status == 200, body
     answer = json.loads(json.loads(body)["choices"][0]["message"]["content"])

@@ -14,10 +14,12 @@ from conftest import ONEBIT, http
 
 from lemonade_onebit.backends.ds4 import Ds4Launcher
 from lemonade_onebit.backends.llamacpp import (
+    NO_FILTERS,
     CudaLauncher,
     HrxLauncher,
     RocmLauncher,
     VulkanLauncher,
+    greedy_unfiltered,
 )
 from lemonade_onebit.backends.mlx import MlxLauncher
 from lemonade_onebit.backends.npu import NpuLauncher
@@ -69,6 +71,29 @@ def test_zinc_argv_env_and_request_without_model():
     assert z.env(ServeConfig(model="q"), GGUF) == {"RADV_PERFTEST": "coop_matrix"}
     assert z.rewrite_body({"model": "q", "messages": []}) == {"messages": []}
     assert z.rewrite_body({"messages": []}) is None
+
+
+def test_greedy_requests_lose_their_filters_only_under_backend_sampling():
+    """`-bs` in the final command line (however spelt) turns it on; a greedy request then goes
+    without top-k, top-p and min-p, which cannot change its argmax; anything that samples, reads
+    probabilities back or names its own chain goes unchanged."""
+    cuda = CudaLauncher()
+    greedy = {"messages": [], "temperature": 0, "top_k": 40}
+    cuda.runs(["llama-server", "-m", "m.gguf", "-ngl", "99"])
+    assert cuda.rewrite_body(greedy) is None
+    for spelling in ("-bs", "--backend-sampling"):
+        cuda.runs(["llama-server", "-m", "m.gguf", spelling, "-np", "4"])
+        assert cuda.rewrite_body(greedy) == {"messages": [], "temperature": 0, **NO_FILTERS}
+    assert greedy_unfiltered({"temperature": -1.0}) == {"temperature": -1.0, **NO_FILTERS}
+    unchanged = [{"messages": []}, {"temperature": 0.7}, {"temperature": "0"},
+                 {"temperature": False}, {"temperature": None}, {"temperature": 0, **NO_FILTERS},
+                 {"temperature": 0, "logprobs": True}, {"temperature": 0, "n_probs": 5},
+                 {"temperature": 0, "top_logprobs": 2}, {"temperature": 0, "mirostat": 2},
+                 {"temperature": 0, "samplers": ["top_k", "temperature"]},
+                 {"temperature": 0, "post_sampling_probs": True}]
+    for payload in unchanged:
+        assert greedy_unfiltered(payload) is None, payload
+    assert greedy_unfiltered({"temperature": 0, "logprobs": False, "n_probs": 0}) is not None
 
 
 def test_ds4_argv_and_readiness():

@@ -59,7 +59,7 @@ note "build and model: $(( $(date +%s) - T0 )) s"
 
 WHEEL=$(ls -t .cache/lemonade_onebit-*.whl | head -n 1)  # the newest, if several were made
 shopt -s nullglob
-run python3 -m pip install -q --no-deps --no-index "$WHEEL" .cache/uvloop-*.whl
+run python3 -m pip install -q --no-deps --no-index "$WHEEL" .cache/uvloop-*.whl .cache/py312/*.whl
 shopt -u nullglob
 note "installed $WHEEL"
 python3 -c 'import sys, uvloop, aiohttp; print("python", sys.version.split()[0], "uvloop", uvloop.__version__, "aiohttp", aiohttp.__version__)' | tee -a "$OUT/gpu.txt"

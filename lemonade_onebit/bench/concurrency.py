@@ -50,9 +50,11 @@ def prompts(ids: list[int], length: int, count: int) -> list[list[int]]:
     return [[ids[0], *ids[1 + k:length + k]] for k in range(count)]
 
 
-async def _stream(session, url: str, ids: list[int], max_tokens: int) -> dict:
+async def _stream(session, url: str, ids: list[int], max_tokens: int,
+                  sampling: dict | None = None) -> dict:
     body = {"prompt": ids, "max_tokens": max_tokens, "stream": True, "temperature": 0,
-            "ignore_eos": True, "stream_options": {"include_usage": True}, **COMMON}
+            "ignore_eos": True, "stream_options": {"include_usage": True}, **COMMON,
+            **(sampling or {})}
     sent = time.perf_counter()
     first = last = None
     texts = 0
@@ -61,6 +63,12 @@ async def _stream(session, url: str, ids: list[int], max_tokens: int) -> dict:
     async with session.post(url + "/v1/completions", json=body) as resp:
         if resp.status != 200:
             raise RunError(f"/v1/completions answered {resp.status}: {(await resp.read())[:200]!r}")
+        if not body["stream"]:  # one reply: its time is the whole request's, no decode span
+            reply = await resp.json()
+            end = time.perf_counter()
+            return {"sent": sent, "first": end, "last": end, "end": end, "streamed": False,
+                    "tokens": reply["usage"]["completion_tokens"], "ttft_ms": (end - sent) * 1000,
+                    "tps": None}
         async for chunk in resp.content.iter_any():
             now = time.perf_counter()
             buf += chunk
@@ -82,15 +90,16 @@ async def _stream(session, url: str, ids: list[int], max_tokens: int) -> dict:
     tokens = usage.get("completion_tokens", texts)
     span = last - first
     return {"sent": sent, "first": first, "last": last, "end": end, "tokens": tokens,
-            "ttft_ms": (first - sent) * 1000,
+            "streamed": True, "ttft_ms": (first - sent) * 1000,
             "tps": (tokens - 1) / span if tokens > 1 and span > 0 else None}
 
 
-async def _burst(session, urls: list[str], batch: list[list[int]], max_tokens: int) -> dict:
+async def _burst(session, urls: list[str], batch: list[list[int]], max_tokens: int,
+                 sampling: dict | None = None) -> dict:
     """Stream k of the burst goes to urls[k % len(urls)]."""
     start = time.perf_counter()
-    streams = await asyncio.gather(*(_stream(session, urls[k % len(urls)], ids, max_tokens)
-                                     for k, ids in enumerate(batch)))
+    streams = await asyncio.gather(*(_stream(session, urls[k % len(urls)], ids, max_tokens,
+                                             sampling) for k, ids in enumerate(batch)))
     first = min(s["first"] for s in streams)
     last = max(s["last"] for s in streams)
     after_first = sum(s["tokens"] - 1 for s in streams)
@@ -98,14 +107,16 @@ async def _burst(session, urls: list[str], batch: list[list[int]], max_tokens: i
     return {
         "streams": len(batch), "tokens": sum(s["tokens"] for s in streams),
         "wall_s": wall, "aggregate_tps": sum(s["tokens"] for s in streams) / wall,
-        "decode_tps": after_first / (last - first) if last > first else None,
+        "decode_tps": after_first / (last - first)
+        if last > first and all(s["streamed"] for s in streams) else None,
         "stream_tps": [s["tps"] for s in streams], "ttft_ms": [s["ttft_ms"] for s in streams],
     }
 
 
 async def _levels(urls: list[str], config: Config, batches: dict[int, list[list[int]]],
                   bursts: int, decode_tokens: int, round_index: int, progress: Progress,
-                  headers: dict | None = None, force_close: bool = False) -> None:
+                  headers: dict | None = None, force_close: bool = False,
+                  sampling: dict | None = None) -> None:
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=None, sock_read=600)
@@ -113,9 +124,9 @@ async def _levels(urls: list[str], config: Config, batches: dict[int, list[list[
     async with aiohttp.ClientSession(connector=connector, timeout=timeout,
                                      headers=headers) as session:
         for level, batch in batches.items():
-            await _burst(session, urls, batch, min(decode_tokens, WARMUP_TOKENS))
+            await _burst(session, urls, batch, min(decode_tokens, WARMUP_TOKENS), sampling)
             for i in range(bursts):
-                sample = await _burst(session, urls, batch, decode_tokens)
+                sample = await _burst(session, urls, batch, decode_tokens, sampling)
                 config.samples("bursts").append({"round": round_index + 1, **sample})
                 progress.step(f"{config.name}: {level} streams, burst {i + 1}/{bursts}")
 
@@ -133,9 +144,10 @@ def slots_of(url: str, headers: dict | None = None) -> dict:
 def measure(url: str, config: Config, levels: list[int], bursts: int, prompt_tokens: int,
             decode_tokens: int, round_index: int, progress: Progress,
             headers: dict | None = None, force_close: bool = False,
-            spread: list[str] | None = None) -> None:
+            spread: list[str] | None = None, sampling: dict | None = None) -> None:
     """`spread`: more servers of the same model; a burst's streams go round-robin over `url` and
-    these. `headers` go with every request (e.g. an executor's own key, to measure it directly);
+    these. `sampling`: request fields over the greedy default (e.g. {"temperature": 0.8}).
+    `headers` go with every request (e.g. an executor's own key, to measure it directly);
     `force_close`: a new connection per stream (llama-server may close a kept-alive connection
     just as the client reuses it, which aiohttp reports as "Server disconnected")."""
     server = slots_of(url, headers)
@@ -150,7 +162,7 @@ def measure(url: str, config: Config, levels: list[int], bursts: int, prompt_tok
 
     try:
         asyncio.run(_levels([url, *(spread or [])], config, batches, bursts, decode_tokens,
-                            round_index, progress, headers, force_close))
+                            round_index, progress, headers, force_close, sampling))
     except aiohttp.ClientError as exc:
         raise RunError(f"a stream failed: {exc}") from None
 
