@@ -76,7 +76,8 @@ def test_zinc_argv_env_and_request_without_model():
 def test_greedy_requests_lose_their_filters_only_under_backend_sampling():
     """`-bs` in the final command line (however spelt) turns it on; a greedy request then goes
     without top-k, top-p and min-p, which cannot change its argmax; anything that samples, reads
-    probabilities back or names its own chain goes unchanged."""
+    probabilities back, names its own chain or uses a sampler that looks at what the filters
+    left goes unchanged."""
     cuda = CudaLauncher()
     greedy = {"messages": [], "temperature": 0, "top_k": 40}
     cuda.runs(["llama-server", "-m", "m.gguf", "-ngl", "99"])
@@ -90,10 +91,20 @@ def test_greedy_requests_lose_their_filters_only_under_backend_sampling():
                  {"temperature": 0, "logprobs": True}, {"temperature": 0, "n_probs": 5},
                  {"temperature": 0, "top_logprobs": 2}, {"temperature": 0, "mirostat": 2},
                  {"temperature": 0, "samplers": ["top_k", "temperature"]},
-                 {"temperature": 0, "post_sampling_probs": True}]
+                 {"temperature": 0, "post_sampling_probs": True},
+                 {"temperature": 0, "typical_p": 0.9}, {"temperature": 0, "typical_p": "x"},
+                 {"temperature": 0, "xtc_probability": 0.5},
+                 {"temperature": 0, "dynatemp_range": 0.5}]
     for payload in unchanged:
         assert greedy_unfiltered(payload) is None, payload
     assert greedy_unfiltered({"temperature": 0, "logprobs": False, "n_probs": 0}) is not None
+    assert greedy_unfiltered({"temperature": 0, "typical_p": 1.0, "xtc_probability": 0,
+                              "dynatemp_range": 0.0}) is not None
+    # a sampler that looks at what the filters left, or another order, set for every request
+    for flags in (["--typical", "0.9"], ["--xtc-probability", "0.5"], ["--dynatemp-range", "1"],
+                  ["--samplers", "top_k;temperature"], ["--sampling-seq", "kt"], ["--mirostat", "2"]):
+        cuda.runs(["llama-server", "-m", "m.gguf", "-bs", *flags])
+        assert cuda.rewrite_body(greedy) is None, flags
 
 
 def test_ds4_argv_and_readiness():

