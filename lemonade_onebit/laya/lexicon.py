@@ -116,6 +116,28 @@ TECH = _words("""
     concurrentmodificationexception panic panics unwrap borrow_checker lifetime_error
     cmakelists linker linking undefined_reference header_file headers include_path libc glibc
     musl static_linking dynamic_linking shared_library so_file dylib symbol_table
+""") | _words("""
+    software app apps excel spreadsheet spreadsheets google_sheets libreoffice
+    powerpoint outlook onedrive sharepoint office_365 microsoft_365 power_bi powerbi dax
+    power_query tableau looker salesforce hubspot sap successfactors quickbooks xero 1c zapier
+    airtable jira confluence lightroom photoshop premiere_pro davinci_resolve after_effects figma
+    autocad etabs revit sketchup solidworks fusion_360 obs twitch_bot discord_bot
+    программа программы программе приложение приложения приложении настройки настройках
+    настройка эксель экселе сервер сервера сервере линукс виндовс бэкап драйвер драйвера софт
+    програма програми програмі застосунок застосунку додаток налаштування сервері
+    برنامج البرنامج تطبيق التطبيق اعدادات إعدادات الاعدادات الإعدادات اكسل الاكسل الإكسل إكسل
+    شيت الشيت كود الكود سيرفر السيرفر
+    برنامه نرم_افزار تنظیمات اکسل کد سرور اتوکد
+    एक्सेल सॉफ्टवेयर ऐप सेटिंग सेटिंग्स कोड सर्वर प्रोग्राम टैली tally
+    uygulama uygulaması uygulamada ayarlar ayarları ayarlarda programı programda sunucu sunucuda
+    kodu yazılım yazılımı
+    aplikasi pengaturan perangkat_lunak
+    ứng_dụng phần_mềm cài_đặt máy_chủ
+    aplikacja aplikacji aplikację ustawienia ustawieniach programie serwer serwerze oprogramowanie
+    einstellungen anwendung programm programms
+    aplicación aplicacion aplicativo applicazione configuración configuracion configurações
+    configuracoes configurazione impostazioni ajustes paramètres logiciel servidor serveur
+    hoja_de_cálculo hoja_de_calculo planilha foglio_di_calcolo tableur
 """)
 
 # Words that ask for code or a formal artifact.
@@ -133,6 +155,8 @@ CODE_ASK = _words("""
     befehl abfrage skript codice funzione função funcao kod funkcja zapytanie polecenie код
     esquema fórmula formule formel schéma schema_di
     функция функцию запрос скрипт команда fonksiyon sorgu komut functie opdracht
+    формула формулы формулу формули معادلة معادله المعادلة المعادله فرمول फॉर्मूला formül formülü
+    rumus công_thức formuła formułę formuły
 """)
 
 # Words that ask for several paragraphs of natural language.
@@ -204,6 +228,14 @@ WHY = _words("""
     why por_qué porque pourquoi warum wieso weshalb perché por_que waarom varför dlaczego почему
     neden
 """)
+
+# Software things in scripts without spaces (substrings of the text): settings, apps, software,
+# spreadsheets and their cells and formulas, servers, errors, installing and updating.
+CJK_TECH = ("设置", "設定", "应用程序", "應用程式", "软件", "軟體", "軟件", "单元格", "儲存格", "服务器",
+            "伺服器", "报错", "報錯", "插件", "アプリ", "エクセル", "数式", "エラー", "サーバー",
+            "インストール", "アップデート", "スプレッドシート", "설정", "앱", "엑셀", "수식", "오류", "에러",
+            "서버", "프로그램", "설치", "업데이트", "소프트웨어", "แอป", "ตั้งค่า", "โปรแกรม",
+            "เซิร์ฟเวอร์")
 
 # Scripts without spaces: substrings of the text.
 CJK = {

@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from lemonade_onebit.laya.lexicon import CJK, CODE_ASK, FAULT, PROSE_ASK, SHORT_ASK, TECH, WHY
+from lemonade_onebit.laya.lexicon import (
+    CJK,
+    CJK_TECH,
+    CODE_ASK,
+    FAULT,
+    PROSE_ASK,
+    SHORT_ASK,
+    TECH,
+    WHY,
+)
 
 CLASSES = ("code", "prose", "short")
 LONG_DOC = "long_doc"
@@ -72,6 +81,7 @@ def _lexicon_hits(words: list[str], text: str) -> dict[str, int]:
     hits = {group: sum(g in entries for g in grams) for group, entries in GROUPS.items()}
     for group, entries in CJK.items():
         hits[group + "_ask"] += sum(e in text for e in entries)
+    hits["tech"] += sum(e in text for e in CJK_TECH)
     return hits
 
 
