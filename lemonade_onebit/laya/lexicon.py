@@ -116,7 +116,9 @@ TECH = _words("""
     concurrentmodificationexception panic panics unwrap borrow_checker lifetime_error
     cmakelists linker linking undefined_reference header_file headers include_path libc glibc
     musl static_linking dynamic_linking shared_library so_file dylib symbol_table
-""") | _words("""
+""") | _words(  # apps, office tools and "settings", "program", "server" in other languages; a few
+    # product names that are everyday words too (Outlook, SAP) are kept, the model weighs them
+    """
     software app apps excel spreadsheet spreadsheets google_sheets libreoffice
     powerpoint outlook onedrive sharepoint office_365 microsoft_365 power_bi powerbi dax
     power_query tableau looker salesforce hubspot sap successfactors quickbooks xero 1c zapier
