@@ -14,14 +14,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from lemonade_onebit.laya.model import CLASSES, MODEL  # noqa: E402
+from lemonade_onebit.laya.model import CLASSES, classify  # noqa: E402
 
 
 def main() -> int:
-    import numpy as np
-
-    from lemonade_onebit.laya.train import raw_logits
-
     items = json.loads((HERE / "agreement.json").read_text())["items"]
     gold = [it["class"] for it in items]
     n = len(items)
@@ -36,9 +32,7 @@ def main() -> int:
     majority = [collections.Counter(it["labels"]).most_common(1)[0] for it in items]
     right = sum(label == g and count * 2 > labellers for (label, count), g in zip(majority, gold))
     print(f"majority vs the authors' labels: {right}/{n} ({right / n:.1%})")
-    with np.load(MODEL) as d:
-        W, b = d["W"], d["b"]
-    predicted = [CLASSES[k] for k in raw_logits(W, b, [it["text"] for it in items]).argmax(1)]
+    predicted = [classify(it["text"]).klass for it in items]
     right = sum(p == g for p, g in zip(predicted, gold))
     print(f"the shipped classifier vs the authors' labels: {right}/{n} ({right / n:.1%})")
     for cls in CLASSES:
