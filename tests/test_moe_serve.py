@@ -155,10 +155,16 @@ def test_plan_at_fits_memory_is_paired_with_fit_round_by_round():
 
     samples = [sample("fit", 0, 200.0, used=8396), sample("plan-at-fit", 0, 210.0, 8396, 8300),
                sample("plan", 0, 180.0, used=7858), sample("fit", 1, 220.0, used=8396),
-               sample("plan-at-fit", 1, 209.0, 8396, 8350), sample("plan", 1, 190.0, used=7858)]
+               sample("plan-at-fit", 1, 209.0, 8396, 8350), sample("plan", 1, 190.0, used=7858),
+               sample("plan-nohost", 0, 230.0, used=7858), sample("plan-nohost", 1, 242.0, used=7858)]
     row = moe_speed.summary(samples)[0]
     assert row["budget_mib"] == 8265  # the budget's, not fit's memory
     assert row["plan_at_fit_vs_fit_decode_tps"] == round((210 / 200 + 209 / 220) / 2, 4)
     assert row["plan_vs_fit_decode_tps"] == round((180 / 200 + 190 / 220) / 2, 4)
+    assert row["plan_nohost_vs_fit_decode_tps"] == round((230 / 200 + 242 / 220) / 2, 4)
+    flags = ("--n-cpu-moe", "6", "--load-mode", "mlock")
+    argv = moe_speed.argv_for("plan-nohost", "ls", Path("m.gguf"), 1, 4096, None, flags, None)
+    assert argv[-7:] == ["-ngl", "99", *flags, "--no-host"]  # the plan's flags, then --no-host
     line = moe_speed.table([row]).splitlines()[-1]
-    assert line.endswith(f"| 209.5 | {row['plan_at_fit_vs_fit_decode_tps']} |")
+    assert line.endswith(f"| 209.5 | {row['plan_at_fit_vs_fit_decode_tps']} | 236.0 / 1000 | "
+                         f"{row['plan_nohost_vs_fit_decode_tps']} / 1.0 |")

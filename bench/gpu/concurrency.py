@@ -10,7 +10,10 @@ wrote the model: the ceiling, then `1bit bench --concurrency` over the configs, 
    - `auto`: `--parallel auto`, serve's default on the cuda route, without recipes;
    - `auto+ID` for each candidate of `cuda_candidates.json` (on `auto`, without recipes);
    - `serve`: what a user gets (auto and the shipped cuda recipes);
-   - `set`: `serve` with the candidates the file's `set` names, together.
+   - `set`: `serve` with the candidates the file's `set` names, together;
+   - by name only: `serve-c1024`, `serve-np32`, and `serve+NAME` for each llama-server-NAME
+     beside llama-server: one `bench/gpu/patched.sh NAME` built (a patch of llama.cpp, measured;
+     not shipped), or one concurrency.sh's WRAPS wrote (llama-server with environment variables).
 3. The tables (`concurrency_table.py`) on stdout and in OUT/cuda-concurrency.md.
 
     python3 bench/gpu/concurrency.py --bin BUILD/bin --model M.gguf --out OUT \
@@ -59,6 +62,11 @@ def configs(llama_server: str, names: list[str] | None) -> list[str]:
     # plans 1,024-cell slots) and with 32 slots instead of auto's count
     found["serve-c1024"] = f"{serve} -c 1024"
     found["serve-np32"] = f"{serve} -- -np 32"
+    # llama-server with a patch of bench/gpu/patches/ (bench/gpu/patched.sh built it) or with
+    # environment variables (concurrency.sh's WRAPS), else as serve
+    for patched in sorted(Path(llama_server).parent.glob("llama-server-*")):
+        name = patched.name.removeprefix("llama-server-")
+        found[f"serve+{name}"] = serve.replace(llama_server, str(patched))
     chosen = names or default
     unknown = [n for n in chosen if n not in found]
     if unknown:

