@@ -107,6 +107,24 @@ def test_greedy_requests_lose_their_filters_only_under_backend_sampling():
         assert cuda.rewrite_body(greedy) is None, flags
 
 
+def test_backend_sampling_from_the_environment_counts_as_the_flag(monkeypatch):
+    """llama-server inherits serve's environment, where LLAMA_ARG_BACKEND_SAMPLING turns `-bs`
+    on for the values llama.cpp takes as true; any other value leaves it off."""
+    cuda = CudaLauncher()
+    greedy = {"temperature": 0}
+    argv = ["llama-server", "-m", "m.gguf", "-ngl", "99"]
+    for value in ("1", "true", "on", "enabled"):
+        monkeypatch.setenv("LLAMA_ARG_BACKEND_SAMPLING", value)
+        cuda.runs(argv)
+        assert cuda.rewrite_body(greedy) == {"temperature": 0, **NO_FILTERS}, value
+        cuda.runs([*argv, "--typical", "0.9"])  # a chain flag still keeps every request as it is
+        assert cuda.rewrite_body(greedy) is None
+    for value in ("0", "false", "off", "yes", ""):
+        monkeypatch.setenv("LLAMA_ARG_BACKEND_SAMPLING", value)
+        cuda.runs(argv)
+        assert cuda.rewrite_body(greedy) is None, value
+
+
 def test_ds4_argv_and_readiness():
     one = ModelRef("1bp", Path("/m/q.1bp"), "q")
     assert Ds4Launcher().argv("/d/ds4-server", one, 9, ServeConfig(model="q", ctx_size=8192)) == [
