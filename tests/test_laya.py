@@ -4,6 +4,7 @@ and the shipped model reproduced from the repo."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
@@ -81,8 +82,9 @@ def test_training_never_sees_the_held_out_families_nor_near_copies_of_their_requ
         assert closest < 0.8, case["text"]
 
 
-def _read_family(path: Path) -> list[dict]:
-    """data/laya/build.py's reader, loaded from its file (`build` alone may name another module)."""
+@functools.cache
+def _data_build():
+    """data/laya/build.py, loaded once from its file (`build` alone may name another module)."""
     folder = ROOT / "data" / "laya"
     spec = importlib.util.spec_from_file_location("laya_data_build", folder / "build.py")
     build = importlib.util.module_from_spec(spec)
@@ -91,7 +93,11 @@ def _read_family(path: Path) -> list[dict]:
         spec.loader.exec_module(build)
     finally:
         sys.path.pop(0)
-    return build.read_family(path)
+    return build
+
+
+def _read_family(path: Path) -> list[dict]:
+    return _data_build().read_family(path)
 
 
 @pytest.mark.parametrize("lines, error", [
