@@ -125,8 +125,11 @@ def test_a_stopped_pull_leaves_exactly_the_bytes_received_under_the_cache_name(h
     data = gguf_bytes(8 * MIB)
     hub.add("org/big-GGUF", "big-Q4_0.gguf", data)
     hub.rate = 2 * MIB
+    # Ctrl-C's SIGINT as a terminal delivers it: a suite started in the background (`make test
+    # &`) has SIGINT ignored, which its children would inherit and Python would keep
     first = subprocess.Popen([ONEBIT, "pull", "org/big-GGUF:Q4_0"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     blobs = tmp_path / "hf-cache" / "models--org--big-GGUF" / "blobs"
     deadline = time.monotonic() + 30
     had = 0
