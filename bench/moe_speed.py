@@ -16,7 +16,9 @@ the runtime's reserve, plus the share). Each config then gets the same budget:
   where that memory is unknown);
 - plan-nohost (by name only): the plan with `--no-host`, so the experts in RAM go to llama.cpp's
   CPU buffers with weight repacking (interleaved rows for the CPU's vector units) instead of the
-  GPU's pinned host buffers, where they are kept as in the file.
+  GPU's pinned host buffers, where they are kept as in the file;
+- plan-tN (by name only, e.g. plan-t8): the plan with `-t N`, N CPU threads for the experts in
+  RAM (llama-server's default is its count of the CPU's cores).
 
 Every run is a fresh llama-server (127.0.0.1, one slot, fixed `-c`); the order of budgets and of
 configs turns each round. A run records load time, the prompt tok/s of an uncached prompt of
@@ -56,6 +58,7 @@ from lemonade_onebit.moe.plan import Memory, MiB, Workload, budget_for, plan  # 
 
 CONFIGS = ("plan", "fit", "cpu-moe", "plan-at-fit", "plan-nohost")
 DEFAULT_CONFIGS = CONFIGS[:4]
+PLAN_THREADS = re.compile(r"plan-t([1-9]\d*)")
 BUFFER = re.compile(r"(\S+) (model|KV|compute|output) buffer size =\s*([\d.]+) MiB")
 
 
@@ -161,6 +164,8 @@ def argv_for(config: str, server: str, model: Path, port: int, ctx: int, threads
         return argv + ["-ngl", "99", *flags]
     if config == "plan-nohost":
         return argv + ["-ngl", "99", *flags, "--no-host"]
+    if m := PLAN_THREADS.fullmatch(config):
+        return argv + ["-ngl", "99", *flags, "-t", m[1]]
     if config == "fit":
         return argv + ["--fit", "on", "--fit-target", str(max(fit_target_mib or 0, 0))]
     return argv + ["-ngl", "99", "--cpu-moe"]
@@ -189,7 +194,7 @@ def one_run(config: str, pct: int, budget: int, args, index: MoeIndex, logs: Pat
     free = args.gpu_free_mib or settled_free_mib()
     flags: tuple[str, ...] = ()
     planned = None
-    if config in ("plan", "plan-at-fit", "plan-nohost"):
+    if config in ("plan", "plan-at-fit", "plan-nohost") or PLAN_THREADS.fullmatch(config):
         memory = Memory(budget, ram_available(), lockable_bytes(), "of GPU budget")
         placement = plan(index, memory, Workload(ctx=args.ctx, parallel=1), "cuda")
         flags, planned = placement.flags, placement.as_json()
@@ -233,7 +238,8 @@ def summary(samples: list[dict]) -> list[dict]:
     rows = []
     for pct in sorted({s["budget_pct"] for s in samples}, reverse=True):
         row: dict = {"budget_pct": pct}
-        for config in CONFIGS:
+        extra = sorted({s["config"] for s in samples} - set(CONFIGS))
+        for config in (*CONFIGS, *extra):
             mine = [s for s in samples if s["config"] == config
                     and (s["budget_pct"] == pct or config == "cpu-moe")]
             if not mine:
@@ -250,8 +256,8 @@ def summary(samples: list[dict]) -> list[dict]:
                                     default=None),
                 "within_budget": all(s["within_budget"] is not False for s in mine),
                 "runs": len(mine)}
-        for mine, name in (("plan", "plan_vs_fit"), ("plan-at-fit", "plan_at_fit_vs_fit"),
-                           ("plan-nohost", "plan_nohost_vs_fit")):
+        for mine in (c for c in (*CONFIGS, *extra) if c.startswith("plan")):
+            name = f"{mine.replace('-', '_')}_vs_fit"
             if mine not in row or "fit" not in row:
                 continue
             # paired ratios, round by round, then their median
@@ -308,7 +314,7 @@ def main() -> int:
     parser.add_argument("--budgets", default="100,75,50,25",
                         help="shares of the routed experts resident, in %% (100,75,50,25)")
     parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
-                        help=f"of {', '.join(CONFIGS)} ({','.join(DEFAULT_CONFIGS)})")
+                        help=f"of {', '.join(CONFIGS)}, plan-tN ({','.join(DEFAULT_CONFIGS)})")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--ctx", type=int, default=4096)
     parser.add_argument("--prompt-tokens", type=int, default=2048)
@@ -329,8 +335,8 @@ def main() -> int:
     if not index.moe:
         raise SystemExit(f"{args.model}: not a mixture of experts")
     configs = [c for c in args.configs.split(",") if c]
-    if any(c not in CONFIGS for c in configs):
-        raise SystemExit(f"--configs: each one of {', '.join(CONFIGS)}")
+    if any(c not in CONFIGS and not PLAN_THREADS.fullmatch(c) for c in configs):
+        raise SystemExit(f"--configs: each one of {', '.join(CONFIGS)}, plan-tN")
     work = Workload(ctx=args.ctx, parallel=1)
     budgets = {int(p): budget_for(index, work, int(p) / 100) for p in args.budgets.split(",")}
     logs = args.logs or Path(tempfile.mkdtemp(prefix="moe-speed-"))

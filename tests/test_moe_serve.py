@@ -165,6 +165,10 @@ def test_plan_at_fits_memory_is_paired_with_fit_round_by_round():
     flags = ("--n-cpu-moe", "6", "--load-mode", "mlock")
     argv = moe_speed.argv_for("plan-nohost", "ls", Path("m.gguf"), 1, 4096, None, flags, None)
     assert argv[-7:] == ["-ngl", "99", *flags, "--no-host"]  # the plan's flags, then --no-host
+    argv = moe_speed.argv_for("plan-t8", "ls", Path("m.gguf"), 1, 4096, None, flags, None)
+    assert argv[-8:] == ["-ngl", "99", *flags, "-t", "8"]
+    samples += [sample("plan-t8", 0, 220.0, used=7858), sample("plan-t8", 1, 231.0, used=7858)]
+    assert moe_speed.summary(samples)[0]["plan_t8_vs_fit_decode_tps"] == 1.075
     line = moe_speed.table([row]).splitlines()[-1]
     assert line.endswith(f"| 209.5 | {row['plan_at_fit_vs_fit_decode_tps']} | 236.0 / 1000 | "
                          f"{row['plan_nohost_vs_fit_decode_tps']} / 1.0 |")

@@ -13,7 +13,7 @@
 # comes from the sdist's gguf-py. Knobs: MOE_LAYERS (24: Qwen3-30B-A3B's layers at half its 48,
 # so a fresh build, the model and one full round fit the call; 48 on a warm machine that has the
 # build), ROUNDS (2), BUDGETS (100,75,50,25), CTX (4096), PROMPT_TOKENS (1024), DECODE_TOKENS
-# (64), CONFIGS (moe_speed.py's default; plan-nohost by name only), LIMIT_S (520: no run starts
+# (64), CONFIGS (moe_speed.py's default; plan-nohost and plan-tN by name only), LIMIT_S (520: no run starts
 # later than 40 s before this, counted from the script's
 # start; what ran is in the results). Results in $OUT: moe.json (every sample), moe.md (the
 # table), moe-inspect.txt, gpu.txt, logs.tgz (every llama-server log), build.log.
