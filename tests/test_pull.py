@@ -126,10 +126,14 @@ def test_a_stopped_pull_leaves_exactly_the_bytes_received_under_the_cache_name(h
     hub.add("org/big-GGUF", "big-Q4_0.gguf", data)
     hub.rate = 2 * MIB
     # Ctrl-C's SIGINT as a terminal delivers it: a suite started in the background (`make test
-    # &`) has SIGINT ignored, which its children would inherit and Python would keep
-    first = subprocess.Popen([ONEBIT, "pull", "org/big-GGUF:Q4_0"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # &`) has SIGINT ignored, which a child would inherit and Python would keep; a handler of
+    # ours is reset to the default action in the child
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        first = subprocess.Popen([ONEBIT, "pull", "org/big-GGUF:Q4_0"], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     blobs = tmp_path / "hf-cache" / "models--org--big-GGUF" / "blobs"
     deadline = time.monotonic() + 30
     had = 0

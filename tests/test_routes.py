@@ -80,10 +80,10 @@ def test_greedy_requests_lose_their_filters_only_under_backend_sampling():
     left goes unchanged."""
     cuda = CudaLauncher()
     greedy = {"messages": [], "temperature": 0, "top_k": 40}
-    cuda.runs(["llama-server", "-m", "m.gguf", "-ngl", "99"])
+    cuda.runs(["llama-server", "-m", "m.gguf", "-ngl", "99"], {})
     assert cuda.rewrite_body(greedy) is None
     for spelling in ("-bs", "--backend-sampling"):
-        cuda.runs(["llama-server", "-m", "m.gguf", spelling, "-np", "4"])
+        cuda.runs(["llama-server", "-m", "m.gguf", spelling, "-np", "4"], {})
         assert cuda.rewrite_body(greedy) == {"messages": [], "temperature": 0, **NO_FILTERS}
     assert greedy_unfiltered({"temperature": -1.0}) == {"temperature": -1.0, **NO_FILTERS}
     unchanged = [{"messages": []}, {"temperature": 0.7}, {"temperature": "0"},
@@ -103,25 +103,24 @@ def test_greedy_requests_lose_their_filters_only_under_backend_sampling():
     # a sampler that looks at what the filters left, or another order, set for every request
     for flags in (["--typical", "0.9"], ["--xtc-probability", "0.5"], ["--dynatemp-range", "1"],
                   ["--samplers", "top_k;temperature"], ["--sampling-seq", "kt"], ["--mirostat", "2"]):
-        cuda.runs(["llama-server", "-m", "m.gguf", "-bs", *flags])
+        cuda.runs(["llama-server", "-m", "m.gguf", "-bs", *flags], {})
         assert cuda.rewrite_body(greedy) is None, flags
 
 
-def test_backend_sampling_from_the_environment_counts_as_the_flag(monkeypatch):
-    """llama-server inherits serve's environment, where LLAMA_ARG_BACKEND_SAMPLING turns `-bs`
-    on for the values llama.cpp takes as true; any other value leaves it off."""
+def test_backend_sampling_from_the_environment_counts_as_the_flag():
+    """LLAMA_ARG_BACKEND_SAMPLING in the executor's environment (serve's own, a recipe's or the
+    launcher's) turns `-bs` on for the values llama.cpp takes as true; any other leaves it off."""
     cuda = CudaLauncher()
     greedy = {"temperature": 0}
     argv = ["llama-server", "-m", "m.gguf", "-ngl", "99"]
     for value in ("1", "true", "on", "enabled"):
-        monkeypatch.setenv("LLAMA_ARG_BACKEND_SAMPLING", value)
-        cuda.runs(argv)
+        env = {"PATH": "/usr/bin", "LLAMA_ARG_BACKEND_SAMPLING": value}
+        cuda.runs(argv, env)
         assert cuda.rewrite_body(greedy) == {"temperature": 0, **NO_FILTERS}, value
-        cuda.runs([*argv, "--typical", "0.9"])  # a chain flag still keeps every request as it is
+        cuda.runs([*argv, "--typical", "0.9"], env)  # a chain flag keeps every request as it is
         assert cuda.rewrite_body(greedy) is None
     for value in ("0", "false", "off", "yes", ""):
-        monkeypatch.setenv("LLAMA_ARG_BACKEND_SAMPLING", value)
-        cuda.runs(argv)
+        cuda.runs(argv, {"LLAMA_ARG_BACKEND_SAMPLING": value})
         assert cuda.rewrite_body(greedy) is None, value
 
 

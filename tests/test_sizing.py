@@ -205,6 +205,31 @@ def test_cuda_serve_sizes_its_slots_from_the_gpu(fake_sysfs, monkeypatch, smollm
     assert "llama-server chooses its own slots (the -np or -c given after `--`)" in said
 
 
+def test_backend_sampling_set_in_the_executor_s_environment_is_seen_by_serve(
+        fake_sysfs, monkeypatch, smollm2, llama_server, tmp_path):
+    """The greedy rewrite follows `-bs` wherever the executor gets it: the recipe's flag, a
+    recipe's env, or serve's own environment."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("LLAMA_ARG_BACKEND_SAMPLING", raising=False)
+    fake_gpu(fake_sysfs, free_mib=142000)
+    cuda = (("--llama-server", llama_server),)
+    recipes = tmp_path / "recipes.json"
+    recipes.write_text(json.dumps([{"id": "bs-env", "match": {"device": ["cuda"]},
+                                    "env": {"LLAMA_ARG_BACKEND_SAMPLING": "1"}, "measured": "-"}]))
+    for config, env_value in (
+            (ServeConfig(model=str(smollm2), device="cuda", executors=cuda), None),
+            (ServeConfig(model=str(smollm2), device="cuda", executors=cuda,
+                         recipes=str(recipes)), "1")):
+        p, _ = _plan(config)
+        assert p.spec.env.get("LLAMA_ARG_BACKEND_SAMPLING") == env_value
+        assert ("-bs" in p.spec.argv) == (env_value is None)  # the shipped recipe, or the file's
+        assert p.launcher.backend_sampling
+    off = ServeConfig(model=str(smollm2), device="cuda", executors=cuda, no_recipes=True)
+    assert not _plan(off)[0].launcher.backend_sampling
+    monkeypatch.setenv("LLAMA_ARG_BACKEND_SAMPLING", "true")
+    assert _plan(off)[0].launcher.backend_sampling
+
+
 def test_the_gpu_budget_caps_the_room_slots_are_planned_in(fake_sysfs, monkeypatch, smollm2,
                                                           llama_server):
     """$ONEBIT_GPU_BUDGET_GIB, the card share the MoE planner works with, bounds the slots too;

@@ -38,6 +38,10 @@ mkdir -p "$WORK" "$OUT"
 for need in .cache/lemonade_onebit-*.whl; do
   [ -e "$need" ] || { echo "missing $need: make it first (this script's header says how)" >&2; exit 2; }
 done
+for spec in ${WRAPS:-}; do  # checked before the build, not after it
+  [[ $spec == ?*:?*=* ]] || { echo "WRAPS: $spec is not NAME:VAR=VALUE[:VAR=VALUE...]" >&2; exit 2; }
+  [[ ,${PATCHES:-}, != *,${spec%%:*},* ]] || { echo "WRAPS: ${spec%%:*} is a patch's name too" >&2; exit 2; }
+done
 export PYTHONUNBUFFERED=1
 
 CHILD=

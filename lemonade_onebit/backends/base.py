@@ -72,9 +72,9 @@ class Launcher:
         the client's."""
         return None
 
-    def runs(self, argv: list[str]) -> None:
-        """The executor's final command line (recipes, slots and expert placement applied), for
-        a launcher whose handling of requests depends on it."""
+    def runs(self, argv: list[str], env: dict[str, str]) -> None:
+        """The executor's final command line and environment (recipes, slots and expert
+        placement applied), for a launcher whose handling of requests depends on them."""
 
     def rewrite_body(self, payload: dict) -> dict | None:
         """The request body as this executor needs it, or None when it takes it unchanged."""

