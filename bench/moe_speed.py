@@ -241,10 +241,10 @@ def one_run(config: str, pct: int, budget: int, args, index: MoeIndex, logs: Pat
 
 def summary(samples: list[dict]) -> list[dict]:
     rows = []
+    names = (*CONFIGS, *sorted({s["config"] for s in samples} - set(CONFIGS)))  # plan-tN last
     for pct in sorted({s["budget_pct"] for s in samples}, reverse=True):
         row: dict = {"budget_pct": pct}
-        extra = sorted({s["config"] for s in samples} - set(CONFIGS))
-        for config in (*CONFIGS, *extra):
+        for config in names:
             mine = [s for s in samples if s["config"] == config
                     and (s["budget_pct"] == pct or config == "cpu-moe")]
             if not mine:
@@ -261,7 +261,7 @@ def summary(samples: list[dict]) -> list[dict]:
                                     default=None),
                 "within_budget": all(s["within_budget"] is not False for s in mine),
                 "runs": len(mine)}
-        for mine in (c for c in (*CONFIGS, *extra) if c.startswith("plan")):
+        for mine in filter(is_plan, names):
             name = f"{mine.replace('-', '_')}_vs_fit"
             if mine not in row or "fit" not in row:
                 continue
