@@ -18,9 +18,10 @@ so each executor has its own main loop), a burst's streams round-robin over them
 through serve only); `bs-t0.8*`: sampled requests (temperature 0.8) under `-bs`, with
 llama-server's default filters, without top-k, and with min-p alone; `bs-whole`: whole replies
 (`"stream": false`), whose TTFT is the whole request's time and whose aggregate rate (prefill
-included) is the one to compare. Under `-bs` serve sends greedy requests without top-k, top-p and
-min-p (`backends/llamacpp.py`, NO_FILTERS), so in every `-bs` config with greedy requests the
-direct side has the filters and the serve side has not.
+included) is the one to compare; `bs-eos`: greedy streams without `ignore_eos` (no logit bias on
+the end-of-generation tokens in any slot's chain). Under `-bs` serve sends greedy requests
+without top-k, top-p and min-p (`backends/llamacpp.py`, NO_FILTERS), so in every `-bs` config
+with greedy requests the direct side has the filters and the serve side has not.
 
     python3 bench/gpu/step_probe.py --bin BUILD/bin --model M.gguf --out OUT \
         [--levels 1,32] [--rounds 2] [--bursts 3] [--tokens 128] [--configs auto,bs,...]
@@ -62,6 +63,11 @@ CONFIGS = {  # name: (llama-server flags after serve's, request fields over gree
     # Whole replies instead of streams: no partial result per token and slot, so no wakeup of
     # the HTTP threads per token (compare the aggregate rate, prefill included, with `bs`).
     "bs-whole": (["-bs"], {"stream": False}),
+    # Greedy streams without ignore_eos: the bench's requests ask for it so that every stream
+    # gives its tokens, and llama-server adds a logit bias on the end-of-generation tokens for it,
+    # which is per-slot work in every step (its inputs copied to the GPU, three nodes over the
+    # vocabulary). Random weights rarely end a stream early; the rate counts the tokens received.
+    "bs-eos": (["-bs"], {"ignore_eos": False}),
 }
 
 
