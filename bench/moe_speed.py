@@ -61,9 +61,21 @@ DEFAULT_CONFIGS = CONFIGS[:4]
 PLAN_THREADS = re.compile(r"plan-t([1-9]\d*)")
 
 
+def plan_extra(config: str) -> list[str] | None:
+    """What a config that runs the plan adds to the plan's flags; None for one that does not."""
+    if config in ("plan", "plan-at-fit"):
+        return []
+    if config == "plan-nohost":
+        return ["--no-host"]
+    if m := PLAN_THREADS.fullmatch(config):
+        return ["-t", m[1]]
+    return None
+
+
 def is_plan(config: str) -> bool:
-    """A config that runs the plan's flags (some with more)."""
-    return config in ("plan", "plan-at-fit", "plan-nohost") or bool(PLAN_THREADS.fullmatch(config))
+    return plan_extra(config) is not None
+
+
 BUFFER = re.compile(r"(\S+) (model|KV|compute|output) buffer size =\s*([\d.]+) MiB")
 
 
@@ -165,12 +177,9 @@ def argv_for(config: str, server: str, model: Path, port: int, ctx: int, threads
             "-lv", "4"]
     if threads and not PLAN_THREADS.fullmatch(config):  # plan-tN sets its own
         argv += ["-t", str(threads)]
-    if config in ("plan", "plan-at-fit"):
-        return argv + ["-ngl", "99", *flags]
-    if config == "plan-nohost":
-        return argv + ["-ngl", "99", *flags, "--no-host"]
-    if m := PLAN_THREADS.fullmatch(config):
-        return argv + ["-ngl", "99", *flags, "-t", m[1]]
+    extra = plan_extra(config)
+    if extra is not None:
+        return argv + ["-ngl", "99", *flags, *extra]
     if config == "fit":
         return argv + ["--fit", "on", "--fit-target", str(max(fit_target_mib or 0, 0))]
     return argv + ["-ngl", "99", "--cpu-moe"]

@@ -307,8 +307,12 @@ def test_patched_sh_keeps_a_patched_library_apart_from_the_pristine_build(tmp_pa
     tree = tmp_path / "tree"  # patched.sh reads bench/gpu/patches/ under its working folder
     (tree / "bench" / "gpu" / "patches").mkdir(parents=True)
     (tree / "bench" / "gpu" / "patches" / "says-so.patch").write_text(FAKE_PATCH)
-    out = subprocess.run(["bash", str(GPU / "patched.sh"), "says-so"], cwd=tree, capture_output=True,
-                         text=True, timeout=300, env={**os.environ, "ONEBIT_GPU_WORK": str(work)})
+
+    def stack(name: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(GPU / "patched.sh"), name], cwd=tree, capture_output=True,
+                              text=True, timeout=300, env={**os.environ, "ONEBIT_GPU_WORK": str(work)})
+
+    out = stack("says-so")
     assert out.returncode == 0, out.stderr
     patched = out.stdout.strip().splitlines()[-1]
     assert patched == str(src / "build" / "bin" / "llama-server-says-so")
@@ -318,13 +322,8 @@ def test_patched_sh_keeps_a_patched_library_apart_from_the_pristine_build(tmp_pa
     assert run(str(src / "build" / "bin" / "llama-server")) == "pristine"
     assert "pristine" in (src / "impl.c").read_text()
     # a second call reuses it while it is newer than its patch and the build
-    again = subprocess.run(["bash", str(GPU / "patched.sh"), "says-so"], cwd=tree, capture_output=True,
-                           text=True, timeout=60, env={**os.environ, "ONEBIT_GPU_WORK": str(work)})
+    again = stack("says-so")
     assert again.returncode == 0 and "reused" in again.stderr
-
-    def stack(name: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", str(GPU / "patched.sh"), name], cwd=tree, capture_output=True,
-                              text=True, timeout=300, env={**os.environ, "ONEBIT_GPU_WORK": str(work)})
 
     # a stack whose second part does not fit after the first: refused before anything is built,
     # and the first part is taken back, with no leftovers (.orig, .rej)

@@ -48,15 +48,18 @@ cp -p "$BIN/llama-server" "$WORK/llama-server.pristine"
 MARK="$WORK/patched.mark"
 touch "$MARK"
 applied=()
+relinked() {  # the libraries (and their links) this build wrote, even one that failed later
+  local lib
+  for lib in "$BIN"/lib*.so*; do
+    if [ "$(readlink -f "$lib")" -nt "$MARK" ]; then echo "$lib"; fi
+  done
+}
 restore() {
-  local i lib relinked=0
+  local i
   for (( i=${#applied[@]}-1; i>=0; i-- )); do
     patch -R -p1 -s --no-backup-if-mismatch -d "$SRC" < "${applied[i]}" 2>/dev/null || true
   done
-  for lib in "$BIN"/lib*.so*; do  # relinked by this build, even one that failed later
-    [ "$(readlink -f "$lib")" -nt "$MARK" ] && relinked=1
-  done
-  if [ "$relinked" = 1 ]; then  # the pristine libraries again, for every other tool
+  if [ -n "$(relinked)" ]; then  # the pristine libraries again, for every other tool
     if ! cmake --build "$SRC/build" -j "$(nproc)" --target llama-server >&2; then
       rm -f "$WORK/build.done"  # so the next build.sh builds again instead of reusing this tree
       echo "patched.sh: the pristine libraries could not be rebuilt; $BIN is not pristine" >&2
@@ -78,15 +81,10 @@ for patch_file in "${PATCHES[@]}"; do
 done
 cmake --build "$SRC/build" -j "$(nproc)" --target llama-server >&2
 rm -rf "$PRIV" "$BIN/llama-server-$NAME"
-libs_changed=0
-for lib in "$BIN"/lib*.so*; do
-  if [ "$(readlink -f "$lib")" -nt "$MARK" ]; then
-    libs_changed=1
-    mkdir -p "$PRIV"
-    cp -a "$lib" "$PRIV/"
-  fi
-done
-if [ "$libs_changed" = 1 ]; then
+mapfile -t libs < <(relinked)
+if [ "${#libs[@]}" -gt 0 ]; then
+  mkdir -p "$PRIV"
+  cp -a "${libs[@]}" "$PRIV/"
   cp -p "$BIN/llama-server" "$PRIV/llama-server"
   printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
     "$PRIV" "$PRIV/llama-server" > "$BIN/llama-server-$NAME"
