@@ -8,7 +8,10 @@ the runtime's reserve, plus the share). Each config then gets the same budget:
 - plan: `-ngl 99` and the flags `moe.plan.plan` gives for a GPU of that many bytes;
 - fit: llama.cpp's fitting (`--fit on`, no `-ngl`), with `--fit-target` set to the GPU's free
   MiB minus the budget, so that what llama.cpp may use is the budget (fit-target is the memory
-  it leaves free on the device);
+  it leaves free on the device): fit with no margin of its own;
+- fit-default: llama.cpp's fitting as it runs on a card of the budget's size, with its default
+  margin: `--fit-target` = the GPU's free MiB minus the budget plus 1024 (`fit_params_target` in
+  the pinned `common/common.h`);
 - cpu-moe: `-ngl 99 --cpu-moe`, every routed expert in RAM whatever the budget (run once a
   round);
 - plan-at-fit: the plan for the GPU memory fit really used in the same round (nvidia-smi), for a
@@ -56,8 +59,9 @@ from lemonade_onebit.moe.inspect import MoeIndex, read_index  # noqa: E402
 from lemonade_onebit.moe.memory import lockable_bytes, ram_available  # noqa: E402
 from lemonade_onebit.moe.plan import Memory, MiB, Workload, budget_for, plan  # noqa: E402
 
-CONFIGS = ("plan", "fit", "cpu-moe", "plan-at-fit", "plan-nohost")
-DEFAULT_CONFIGS = CONFIGS[:4]
+CONFIGS = ("plan", "fit", "fit-default", "cpu-moe", "plan-at-fit", "plan-nohost")
+DEFAULT_CONFIGS = CONFIGS[:5]
+FITS = {"fit": 0, "fit-default": 1024}  # each fit config's margin in MiB, on a card of the budget
 PLAN_THREADS = re.compile(r"plan-t([1-9]\d*)")
 
 
@@ -180,7 +184,7 @@ def argv_for(config: str, server: str, model: Path, port: int, ctx: int, threads
     extra = plan_extra(config)
     if extra is not None:
         return argv + ["-ngl", "99", *flags, *extra]
-    if config == "fit":
+    if config in FITS:
         return argv + ["--fit", "on", "--fit-target", str(max(fit_target_mib or 0, 0))]
     return argv + ["-ngl", "99", "--cpu-moe"]
 
@@ -212,7 +216,7 @@ def one_run(config: str, pct: int, budget: int, args, index: MoeIndex, logs: Pat
         memory = Memory(budget, ram_available(), lockable_bytes(), "of GPU budget")
         placement = plan(index, memory, Workload(ctx=args.ctx, parallel=1), "cuda")
         flags, planned = placement.flags, placement.as_json()
-    fit_target = (free - budget // MiB) if free is not None else None
+    fit_target = (free - budget // MiB + FITS.get(config, 0)) if free is not None else None
     port = free_port()
     argv = argv_for(config, args.llama_server, args.model, port, args.ctx, args.threads, flags,
                     fit_target)
@@ -240,7 +244,7 @@ def one_run(config: str, pct: int, budget: int, args, index: MoeIndex, logs: Pat
     ram_per_token = (None if resident is None else
                      (1 - min(resident, 1.0)) * index.routed_bytes * index.used_fraction / MiB)
     return {"round": round_no, "budget_pct": pct, "budget_mib": budget // MiB, "config": config,
-            "argv": argv[1:], "fit_target_mib": fit_target if config == "fit" else None,
+            "argv": argv[1:], "fit_target_mib": fit_target if config in FITS else None,
             "load_s": round(load_s, 2), **result,
             "gpu_used_mib": used, "within_budget": None if used is None else used <= budget // MiB,
             "buffers_mib": sizes, "experts_resident": None if resident is None else round(resident, 4),
@@ -271,16 +275,18 @@ def summary(samples: list[dict]) -> list[dict]:
                 "within_budget": all(s["within_budget"] is not False for s in mine),
                 "runs": len(mine)}
         for mine in filter(is_plan, names):
-            name = f"{mine.replace('-', '_')}_vs_fit"
-            if mine not in row or "fit" not in row:
-                continue
-            # paired ratios, round by round, then their median
-            pairs = [(p, f) for p in samples for f in samples
-                     if p["config"] == mine and f["config"] == "fit" and p["round"] == f["round"]
-                     and p["budget_pct"] == f["budget_pct"] == pct]
-            for key in ("decode_tps", "prompt_tps"):
-                ratios = [statistics.median(p[key]) / statistics.median(f[key]) for p, f in pairs]
-                row[f"{name}_{key}"] = round(statistics.median(ratios), 4) if ratios else None
+            for fit in FITS:
+                if mine not in row or fit not in row:
+                    continue
+                name = f"{mine}_vs_{fit}".replace("-", "_")
+                # paired ratios, round by round, then their median
+                pairs = [(p, f) for p in samples for f in samples
+                         if p["config"] == mine and f["config"] == fit and p["round"] == f["round"]
+                         and p["budget_pct"] == f["budget_pct"] == pct]
+                for key in ("decode_tps", "prompt_tps"):
+                    ratios = [statistics.median(p[key]) / statistics.median(f[key])
+                              for p, f in pairs]
+                    row[f"{name}_{key}"] = round(statistics.median(ratios), 4) if ratios else None
         row["budget_mib"] = next(s["budget_mib"] for s in samples
                                  if s["budget_pct"] == pct and s["config"] != "plan-at-fit")
         rows.append(row)
@@ -288,36 +294,29 @@ def summary(samples: list[dict]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    def cell(row: dict, config: str, key: str, fmt: str) -> str:
-        value = row.get(config, {}).get(key)
+    """One line per budget and config; cpu-moe (run once a round, whatever the budget) repeats."""
+    def cell(value, fmt: str) -> str:
         return "" if value is None else format(value, fmt)
 
-    lines = ["| experts resident (budget) | GiB | plan decode tok/s | fit decode tok/s | "
-             "cpu-moe decode tok/s | plan / fit decode | plan prompt tok/s | fit prompt tok/s | "
-             "cpu-moe prompt tok/s | plan / fit prompt | "
-             "resident: plan / fit | in budget: plan / fit | experts from RAM per token (MiB): "
-             "plan / fit | plan at fit's memory: decode tok/s | plan at fit's memory / fit decode | "
-             "plan --no-host: decode / prompt tok/s | plan --no-host / fit: decode / prompt |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    in_budget = {True: "yes", False: "**no**"}  # the row's budget: plan-at-fit's is fit's memory
+
+    lines = ["| experts resident (budget) | MiB | config | decode tok/s | prompt tok/s | resident | "
+             "GPU MiB used | in budget | experts from RAM per token (MiB) | "
+             "decode / fit | prompt / fit | decode / fit-default | prompt / fit-default |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        res = (f"{cell(row, 'plan', 'experts_resident', '.0%')} / "
-               f"{cell(row, 'fit', 'experts_resident', '.0%')}")
-        ok = (f"{row.get('plan', {}).get('within_budget', '')} / "
-              f"{row.get('fit', {}).get('within_budget', '')}")
-        ram = (f"{cell(row, 'plan', 'experts_from_ram_mib_per_token', '.0f')} / "
-               f"{cell(row, 'fit', 'experts_from_ram_mib_per_token', '.0f')}")
-        lines.append(
-            f"| {row['budget_pct']}% | {row.get('budget_mib', 0) / 1024:.1f} | "
-            f"{cell(row, 'plan', 'decode_tps', '.1f')} | {cell(row, 'fit', 'decode_tps', '.1f')} | "
-            f"{cell(row, 'cpu-moe', 'decode_tps', '.1f')} | {row.get('plan_vs_fit_decode_tps', '')} | "
-            f"{cell(row, 'plan', 'prompt_tps', '.0f')} | {cell(row, 'fit', 'prompt_tps', '.0f')} | "
-            f"{cell(row, 'cpu-moe', 'prompt_tps', '.0f')} | {row.get('plan_vs_fit_prompt_tps', '')} | "
-            f"{res} | {ok} | {ram} | {cell(row, 'plan-at-fit', 'decode_tps', '.1f')} | "
-            f"{row.get('plan_at_fit_vs_fit_decode_tps', '')} | "
-            f"{cell(row, 'plan-nohost', 'decode_tps', '.1f')} / "
-            f"{cell(row, 'plan-nohost', 'prompt_tps', '.0f')} | "
-            f"{row.get('plan_nohost_vs_fit_decode_tps', '')} / "
-            f"{row.get('plan_nohost_vs_fit_prompt_tps', '')} |")
+        for config, got in row.items():
+            if not isinstance(got, dict):
+                continue
+            key = config.replace("-", "_")
+            lines.append(
+                f"| {row['budget_pct']}% | {row.get('budget_mib', 0):,} | {config} | "
+                f"{cell(got['decode_tps'], '.1f')} | {cell(got['prompt_tps'], ',.0f')} | "
+                f"{cell(got['experts_resident'], '.0%')} | {cell(got['gpu_used_mib'], ',')} | "
+                f"{'' if got['gpu_used_mib'] is None else in_budget[got['gpu_used_mib'] <= row['budget_mib']]} | "
+                f"{cell(got['experts_from_ram_mib_per_token'], '.0f')} | "
+                + " | ".join(cell(row.get(f"{key}_vs_{fit.replace('-', '_')}_{what}"), "")
+                             for fit in FITS for what in ("decode_tps", "prompt_tps")) + " |")
     return "\n".join(lines)
 
 

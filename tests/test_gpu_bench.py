@@ -369,3 +369,31 @@ def test_step_timings_weights_reports_by_steps_and_takes_the_median_over_rounds(
     out = subprocess.run([sys.executable, str(GPU / "step_timings.py"), str(empty)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "step-timings.patch" in out.stderr
+
+
+@pytest.mark.executor
+def test_step_probe_runs_a_config_with_a_patched_llama_server(tmp_path, smollm2, llama_server):
+    """`CONFIG@NAME` runs CONFIG's flags and requests with `llama-server-NAME` (here a wrapper over
+    the CPU build that leaves a mark, standing in for a patched CUDA build); a name without its
+    binary is refused before anything starts."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    mark = tmp_path / "ran"
+    wrapper = bin_dir / "llama-server-marked"
+    wrapper.write_text(f'#!/bin/sh\ntouch "{mark}"\nexec "{llama_server}" "$@"\n')
+    wrapper.chmod(0o755)
+    (bin_dir / "llama-server").symlink_to(llama_server)
+    out = tmp_path / "out"
+    probe = [sys.executable, str(GPU / "step_probe.py"), "--bin", str(bin_dir), "--model",
+             str(smollm2), "--out", str(out), "--device", "cpu", "--levels", "2", "--rounds", "1",
+             "--bursts", "1", "--tokens", "4"]
+    done = subprocess.run(probe + ["--configs", "bs-eos@missing"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode != 0 and "PATCHES=missing" in done.stderr and not out.exists()
+    done = subprocess.run(probe + ["--configs", "auto@marked"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert mark.exists()
+    results = json.loads((out / "step-probe.json").read_text())
+    assert set(results) == {"auto@marked/direct", "auto@marked/serve"}
+    assert "| auto@marked | serve | 2 |" in (out / "step-probe.md").read_text()

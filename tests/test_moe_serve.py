@@ -130,11 +130,16 @@ def test_the_placement_benchmark_runs_every_config(moe_tiny, llama_server, tmp_p
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text())
     runs = {(s["config"], s["budget_pct"]) for s in data["samples"]}
-    assert runs == {("plan", 100), ("plan", 50), ("fit", 100), ("fit", 50), ("cpu-moe", 50)}
+    assert runs == {(c, b) for c in ("plan", "fit", "fit-default") for b in (100, 50)} | {
+        ("cpu-moe", 50)}
     assert data["plan_at_fit_left_out"] == 2  # no nvidia-smi here: fit's GPU memory is unknown
     assert all(min(s["decode_tps"]) > 0 and min(s["prompt_tps"]) > 0 for s in data["samples"])
     fit = next(s for s in data["samples"] if s["config"] == "fit" and s["budget_pct"] == 50)
     assert fit["fit_target_mib"] == 100000 - data["meta"]["budgets_mib"]["50"]
+    # llama.cpp's own margin on a card of the budget's size
+    fit = next(s for s in data["samples"] if s["config"] == "fit-default" and s["budget_pct"] == 50)
+    assert fit["fit_target_mib"] == 100000 - data["meta"]["budgets_mib"]["50"] + 1024
+    assert fit["argv"][-2:] == ["--fit-target", str(fit["fit_target_mib"])]
     plan = next(s for s in data["samples"] if s["config"] == "plan" and s["budget_pct"] == 50)
     assert "--n-cpu-moe" in plan["argv"] and plan["planned"]["resident_fraction"] == 0.5
     assert "| experts resident (budget) |" in done.stdout
@@ -169,6 +174,14 @@ def test_plan_at_fits_memory_is_paired_with_fit_round_by_round():
     assert argv[-8:] == ["-ngl", "99", *flags, "-t", "8"]
     samples += [sample("plan-t8", 0, 220.0, used=7858), sample("plan-t8", 1, 231.0, used=7858)]
     assert moe_speed.summary(samples)[0]["plan_t8_vs_fit_decode_tps"] == 1.075
-    line = moe_speed.table([row]).splitlines()[-1]
-    assert line.endswith(f"| 209.5 | {row['plan_at_fit_vs_fit_decode_tps']} | 236.0 / 1000 | "
-                         f"{row['plan_nohost_vs_fit_decode_tps']} / 1.0 |")
+    samples += [sample("fit-default", 0, 150.0, used=7100), sample("fit-default", 1, 160.0, used=7100)]
+    row = moe_speed.summary(samples)[0]
+    assert row["plan_vs_fit_default_decode_tps"] == round((180 / 150 + 190 / 160) / 2, 4)
+    lines = {line.split(" | ")[2]: line for line in moe_speed.table([row]).splitlines()[2:]}
+    assert set(lines) == {"plan", "fit", "fit-default", "plan-at-fit", "plan-nohost", "plan-t8"}
+    assert lines["plan"] == (f"| 75% | 8,265 | plan | 185.0 | 1,000 | 80% | 7,858 | yes | 100 | "
+                             f"{row['plan_vs_fit_decode_tps']} | 1.0 | "
+                             f"{row['plan_vs_fit_default_decode_tps']} | 1.0 |")
+    # in the row's budget: plan-at-fit ran at fit's memory, over the budget
+    assert lines["plan-at-fit"].split(" | ")[7] == "**no**"
+    assert lines["fit"].endswith("| **no** | 100 |  |  |  |  |")

