@@ -309,11 +309,12 @@ def table(rows: list[dict]) -> str:
             if not isinstance(got, dict):
                 continue
             key = config.replace("-", "_")
+            used = got["gpu_used_mib"]
             lines.append(
                 f"| {row['budget_pct']}% | {row.get('budget_mib', 0):,} | {config} | "
                 f"{cell(got['decode_tps'], '.1f')} | {cell(got['prompt_tps'], ',.0f')} | "
                 f"{cell(got['experts_resident'], '.0%')} | {cell(got['gpu_used_mib'], ',')} | "
-                f"{'' if got['gpu_used_mib'] is None else in_budget[got['gpu_used_mib'] <= row['budget_mib']]} | "
+                f"{'' if used is None else in_budget[used <= row['budget_mib']]} | "
                 f"{cell(got['experts_from_ram_mib_per_token'], '.0f')} | "
                 + " | ".join(cell(row.get(f"{key}_vs_{fit.replace('-', '_')}_{what}"), "")
                              for fit in FITS for what in ("decode_tps", "prompt_tps")) + " |")
