@@ -390,6 +390,8 @@ def test_step_probe_runs_a_config_with_a_patched_llama_server(tmp_path, smollm2,
     done = subprocess.run(probe + ["--configs", "bs-eos@missing"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode != 0 and "PATCHES=missing" in done.stderr and not out.exists()
+    done = subprocess.run(probe + ["--configs", "bs@"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "no patch name" in done.stderr and not out.exists()
     done = subprocess.run(probe + ["--configs", "auto@marked"], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr

@@ -177,6 +177,11 @@ def test_plan_at_fits_memory_is_paired_with_fit_round_by_round():
     samples += [sample("fit-default", 0, 150.0, used=7100), sample("fit-default", 1, 160.0, used=7100)]
     row = moe_speed.summary(samples)[0]
     assert row["plan_vs_fit_default_decode_tps"] == round((180 / 150 + 190 / 160) / 2, 4)
+    assert "plan_at_fit_vs_fit_default_decode_tps" not in row  # it ran at fit's memory
+    # without the GPU's free memory, each fit config keeps its own margin
+    assert moe_speed.argv_for("fit-default", "ls", Path("m.gguf"), 1, 4096, None, (), None)[-1] \
+        == "1024"
+    assert moe_speed.argv_for("fit", "ls", Path("m.gguf"), 1, 4096, None, (), None)[-1] == "0"
     lines = {line.split(" | ")[2]: line for line in moe_speed.table([row]).splitlines()[2:]}
     assert set(lines) == {"plan", "fit", "fit-default", "plan-at-fit", "plan-nohost", "plan-t8"}
     assert lines["plan"] == (f"| 75% | 8,265 | plan | 185.0 | 1,000 | 80% | 7,858 | yes | 100 | "

@@ -75,7 +75,9 @@ CONFIGS = {  # name: (llama-server flags after serve's, request fields over gree
 
 def split(name: str, bin_dir: Path) -> tuple[str, Path]:
     """`CONFIG[@PATCH]`: the config of CONFIGS and the llama-server it runs."""
-    base, _, patch = name.partition("@")
+    base, at, patch = name.partition("@")
+    if at and not patch.strip():
+        raise ValueError(f"{name}: no patch name after @")
     if base not in CONFIGS:
         raise ValueError(f"no config {base}; known: {', '.join(CONFIGS)}")
     server = bin_dir / (f"llama-server-{patch}" if patch else "llama-server")
