@@ -80,6 +80,11 @@ def is_plan(config: str) -> bool:
     return plan_extra(config) is not None
 
 
+def ratio_key(config: str, fit: str, what: str) -> str:
+    """The summary row's key of config's paired ratio to a fit config (plan_vs_fit_decode_tps)."""
+    return f"{config}_vs_{fit}_{what}".replace("-", "_")
+
+
 BUFFER = re.compile(r"(\S+) (model|KV|compute|output) buffer size =\s*([\d.]+) MiB")
 
 
@@ -279,7 +284,6 @@ def summary(samples: list[dict]) -> list[dict]:
             for fit in FITS:
                 if mine not in row or fit not in row or (mine == "plan-at-fit" and fit != "fit"):
                     continue  # plan-at-fit ran at fit's memory: paired with fit alone
-                name = f"{mine}_vs_{fit}".replace("-", "_")
                 # paired ratios, round by round, then their median
                 pairs = [(p, f) for p in samples for f in samples
                          if p["config"] == mine and f["config"] == fit and p["round"] == f["round"]
@@ -287,7 +291,8 @@ def summary(samples: list[dict]) -> list[dict]:
                 for key in ("decode_tps", "prompt_tps"):
                     ratios = [statistics.median(p[key]) / statistics.median(f[key])
                               for p, f in pairs]
-                    row[f"{name}_{key}"] = round(statistics.median(ratios), 4) if ratios else None
+                    row[ratio_key(mine, fit, key)] = (round(statistics.median(ratios), 4)
+                                                      if ratios else None)
         row["budget_mib"] = next(s["budget_mib"] for s in samples
                                  if s["budget_pct"] == pct and s["config"] != "plan-at-fit")
         rows.append(row)
@@ -311,15 +316,14 @@ def table(rows: list[dict]) -> str:
         for config, got in row.items():
             if not isinstance(got, dict):
                 continue
-            key = config.replace("-", "_")
             used = got["gpu_used_mib"]
             lines.append(
                 f"| {row['budget_pct']}% | {row.get('budget_mib', 0):,} | {config} | "
                 f"{cell(got['decode_tps'], '.1f')} | {cell(got['prompt_tps'], ',.0f')} | "
-                f"{cell(got['experts_resident'], '.0%')} | {cell(got['gpu_used_mib'], ',')} | "
+                f"{cell(got['experts_resident'], '.0%')} | {cell(used, ',')} | "
                 f"{'' if used is None else in_budget[used <= row['budget_mib']]} | "
                 f"{cell(got['experts_from_ram_mib_per_token'], '.0f')} | "
-                + " | ".join(cell(row.get(f"{key}_vs_{fit.replace('-', '_')}_{what}"), "")
+                + " | ".join(cell(row.get(ratio_key(config, fit, what)), "")
                              for fit in FITS for what in ("decode_tps", "prompt_tps")) + " |")
     return "\n".join(lines)
 

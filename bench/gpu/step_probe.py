@@ -108,13 +108,13 @@ def thread_cpu(proc: psutil.Process) -> dict[int, float]:
 
 
 def one_burst(urls: list[str], config: Config, level: int, args, round_index: int,
-              llamas: list[psutil.Process], headers: dict | None) -> None:
+              llamas: list[psutil.Process], headers: dict | None, sampling: dict) -> None:
     """One measured burst at `level` (after concurrency.measure's warm-up), its streams spread
     over `urls`, with the busiest executor thread's CPU share."""
     before, began = [thread_cpu(p) for p in llamas], time.perf_counter()
     concurrency.measure(urls[0], config, [level], 1, args.tokens, args.tokens, round_index,
                         Progress(1, stream=open("/dev/null", "w")), headers, force_close=True,
-                        spread=urls[1:], sampling=CONFIGS[config.name.partition("@")[0]][1])
+                        spread=urls[1:], sampling=sampling)
     wall = time.perf_counter() - began
     share = max(busiest(b, thread_cpu(p)) for b, p in zip(before, llamas)) / wall
     config.samples("main_thread").append(
@@ -198,7 +198,7 @@ def main() -> int:
                             k += 1
                             for side in sides if replicas == 1 else ["serve"]:
                                 one_burst(urls[side], results[f"{name}/{side}"], level, args, r,
-                                          llamas, headers[side])
+                                          llamas, headers[side], CONFIGS[base][1])
                 finally:
                     for serve in serves:
                         serve.stop()
