@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import importlib.util
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -88,6 +89,7 @@ def main() -> int:
     finally:
         hub.stdin.close()
         hub.wait()
+        shutil.rmtree(work, ignore_errors=True)
     print(f"| fetch of a {args.mb} MB file | last byte in the file (ms) | receiving thread CPU "
           f"(ms) | sha256 done after the last byte (ms) | total (ms) | MB/s |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -12,9 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(*argv: str) -> str:
+def run(*argv: str, env: dict | None = None) -> str:
     out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT,
-                         timeout=300)
+                         timeout=300, env=env)
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -26,10 +27,12 @@ def test_pull_speed_compares_pull_with_curl(tmp_path):
     assert (tmp_path / "r.json").is_file()
 
 
-def test_pull_phases_times_the_transfer_against_another_checkout():
-    out = run("bench/pull_phases.py", "--mb", "3", "--rounds", "2", "--before-tree", str(ROOT))
+def test_pull_phases_times_the_transfer_against_another_checkout(tmp_path):
+    out = run("bench/pull_phases.py", "--mb", "3", "--rounds", "2", "--before-tree", str(ROOT),
+              env={**os.environ, "TMPDIR": str(tmp_path)})
     rows = [line for line in out.splitlines() if line.startswith(("| now |", "| before |"))]
     assert len(rows) == 2
+    assert list(tmp_path.iterdir()) == []  # its hub, files and blobs go with it
 
 
 @pytest.mark.executor
