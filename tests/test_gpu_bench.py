@@ -268,7 +268,10 @@ def test_each_patch_applies_to_the_pinned_llama_cpp_sdist(tmp_path):
 
 
 STACKS = ("step-timings+greedy-draw", "server-wakeup+greedy-draw",
-          "server-wakeup+greedy-draw+greedy-batched")
+          "server-wakeup+greedy-draw+greedy-batched",
+          "server-wakeup+greedy-draw+greedy-batched+deferred-send",
+          "step-timings+server-wakeup+greedy-draw+greedy-batched",
+          "step-timings+server-wakeup+greedy-draw+greedy-batched+deferred-send")
 
 
 FAKE_CMAKE = """cmake_minimum_required(VERSION 3.14)
@@ -386,11 +389,14 @@ def test_step_timings_weights_reports_by_steps_and_takes_the_median_over_rounds(
     (tmp_path / "serve+x-round3.log").write_text(line.format(b=32, n=10, l="7.000", d="5.000"))
     (tmp_path / "serve-round1.log").write_text("no timings here\n")
     (tmp_path / "bench.log").write_text(line.format(b=32, n=1, l="1", d="1"))  # not a round's log
+    (tmp_path / "serve-bs-eos@a+b-1-0.log").write_text(line.format(b=32, n=20, l="6.5", d="5.0"))
+    (tmp_path / "serve-bs-eos@a+b-2-0.log").write_text(line.format(b=32, n=20, l="6.0", d="4.5"))
     out = subprocess.run([sys.executable, str(GPU / "step_timings.py"), str(tmp_path), "--json"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout)
-    assert list(found) == ["serve+x"]
+    assert sorted(found) == ["bs-eos@a+b", "serve+x"]  # step_probe.py's logs too
+    assert [r["loop"] for r in found["bs-eos@a+b"]["32"]] == [6.5, 6.0]
     rounds = found["serve+x"]["32"]
     assert [r["loop"] for r in rounds] == [5.0, 9.0, 7.0]  # round 1: (100*8 + 300*4) / 400
     assert rounds[0]["steps"] == 400
@@ -433,6 +439,13 @@ def test_step_probe_runs_a_config_with_a_patched_llama_server(tmp_path, smollm2,
     results = json.loads((out / "step-probe.json").read_text())
     assert set(results) == {"auto@marked/direct", "auto@marked/serve"}
     assert "| auto@marked | serve | 2 |" in (out / "step-probe.md").read_text()
+    done = subprocess.run(probe + ["--configs", "auto", "--sides", "serve,both"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "--sides serve,both" in done.stderr
+    done = subprocess.run(probe + ["--configs", "auto", "--sides", "serve"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert set(json.loads((out / "step-probe.json").read_text())) == {"auto/serve"}
 
 
 def test_build_sh_does_not_reuse_a_tree_a_stopped_patched_sh_left_patched(tmp_path):

@@ -19,7 +19,8 @@
 # gpu.txt, build.log, batched-bench.jsonl, batched-bench-kvu.jsonl, concurrency.json,
 # concurrency.png, cuda-concurrency.md (the tables for docs/cuda-route.md), logs.tar.gz (serve's
 # logs: the slot plan each serve chose is its `1bit serve: N slots x ...` line).
-# PROBE=step runs bench/gpu/step_probe.py in place of the bench (LEVELS=1,32 BURSTS=3 CONFIGS=its own).
+# PROBE=step runs bench/gpu/step_probe.py in place of the bench (LEVELS=1,32 BURSTS=3 CONFIGS=its own
+# SIDES=direct,serve), after llama-batched-bench at those levels as the ceiling (batched-bench.jsonl).
 # PATCHES=NAME[,NAME...] also builds llama-server with each bench/gpu/patches/NAME.patch
 # (bench/gpu/patched.sh; A+B is two patches in one build), for the configs `serve+NAME` (asked for
 # by name in CONFIGS).
@@ -97,9 +98,16 @@ export PYTHONPATH="$SRC/gguf-py"  # serve reads GGUF metadata with the gguf pack
 
 rc=0
 if [ "${PROBE:-}" = step ]; then  # bench/gpu/step_probe.py instead: direct vs serve, flags on the step
+  levels=${LEVELS:-1,32}
+  top=$(tr , '\n' <<< "$levels" | sort -n | tail -n 1)
+  tokens=${TOKENS:-128}
+  run timeout 120 "$BIN/llama-batched-bench" -m "$MODEL" -ngl 99 -fa on -c "$(( top * 2 * tokens ))" \
+    -npp "$tokens" -ntg "$tokens" -npl "$levels" --output-format jsonl > "$OUT/batched-bench.jsonl" \
+    2> "$WORK/batched-bench.log" || note "llama-batched-bench: exit $?"
+  note "ceiling: $(( $(date +%s) - T0 )) s"
   run python3 bench/gpu/step_probe.py --bin "$BIN" --model "$MODEL" --out "$WORK/logs" \
-    --levels "${LEVELS:-1,32}" --rounds "${ROUNDS:-2}" --bursts "${BURSTS:-3}" \
-    --tokens "${TOKENS:-128}" ${CONFIGS:+--configs "$CONFIGS"} --deadline "$(( T0 + BUDGET_S ))" || rc=$?
+    --levels "$levels" --rounds "${ROUNDS:-2}" --bursts "${BURSTS:-3}" --sides "${SIDES:-direct,serve}" \
+    --tokens "$tokens" ${CONFIGS:+--configs "$CONFIGS"} --deadline "$(( T0 + BUDGET_S ))" || rc=$?
   cp "$WORK/logs/step-probe.json" "$WORK/logs/step-probe.md" "$OUT/" 2>/dev/null || true
   note "done: $(( $(date +%s) - T0 )) s, exit $rc"
   tar czf "$OUT/logs.tar.gz" -C "$WORK" logs 2>/dev/null || true

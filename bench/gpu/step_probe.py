@@ -24,10 +24,13 @@ without top-k, top-p and min-p (`backends/llamacpp.py`, NO_FILTERS), so in every
 with greedy requests the direct side has the filters and the serve side has not.
 `CONFIG@NAME` runs CONFIG with `llama-server-NAME` (a patched build of `concurrency.sh`'s
 `PATCHES=NAME`, e.g. `bs-eos@server-wakeup+greedy-draw`) in place of the build's llama-server.
+`--sides serve` sends the bursts through serve only, so that what a llama-server built with
+`step-timings` logs (serve's log, `serve-CONFIG-ROUND-I.log`; `bench/gpu/step_timings.py`) is
+the serve side's alone.
 
     python3 bench/gpu/step_probe.py --bin BUILD/bin --model M.gguf --out OUT \
         [--levels 1,32] [--rounds 2] [--bursts 3] [--tokens 128] [--configs auto,bs,bs@NAME,...]
-        [--deadline EPOCH_S]
+        [--sides direct,serve] [--deadline EPOCH_S]
 
 Writes OUT/step-probe.json after every config and round, and a table on stdout and in
 OUT/step-probe.md. Everything it starts is stopped however it is stopped.
@@ -154,11 +157,16 @@ def main() -> int:
     parser.add_argument("--bursts", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--sides", default="direct,serve",
+                        help="direct (to llama-server's own port) and/or serve")
     parser.add_argument("--deadline", type=float)
     parser.add_argument("--device", default="cuda", help="serve's route (cpu: to try it here)")
     args = parser.parse_args()
     exit_on_sigterm()
     names = args.configs.split(",")
+    sides_asked = [side for side in ("direct", "serve") if side in args.sides.split(",")]
+    if not sides_asked or set(args.sides.split(",")) - {"direct", "serve"}:
+        raise SystemExit(f"--sides {args.sides}: give direct, serve or direct,serve")
     try:
         chosen = {n: split(n, args.bin) for n in names}
     except ValueError as e:
@@ -166,7 +174,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     levels = [int(n) for n in args.levels.split(",")]
     results = {f"{n}/{side}": Config(n, CONFIGS[chosen[n][0]][0]) for n in names
-               for side in ("direct", "serve")}
+               for side in sides_asked}
     out = args.out / "step-probe.json"
     k = 0
     try:
@@ -194,9 +202,10 @@ def main() -> int:
                                "serve": None}
                     for level in levels:
                         for _ in range(args.bursts):
-                            sides = ["direct", "serve"] if (k % 2 == 0) else ["serve", "direct"]
+                            sides = sides_asked if (k % 2 == 0) else sides_asked[::-1]
                             k += 1
-                            for side in sides if replicas == 1 else ["serve"]:
+                            # K serves are measured through serve only
+                            for side in sides if replicas == 1 else set(sides) & {"serve"}:
                                 one_burst(urls[side], results[f"{name}/{side}"], level, args, r,
                                           llamas, headers[side], CONFIGS[base][1])
                 finally:

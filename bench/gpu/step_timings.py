@@ -4,9 +4,10 @@ size, the median over rounds of each part of a decode step, as a markdown table 
 
     python3 bench/gpu/step_timings.py LOGS_DIR [--json]
 
-A log is `CONFIG-roundN.log`; its lines `step-timings: batch B steps N loop L pre P decode D post Q
-sampl S ms` are what the patch prints every 5 seconds (several per round are summed, weighted by
-their steps).
+A log is `CONFIG-roundN.log` (`1bit bench`'s) or `serve-CONFIG-N-I.log` (bench/gpu/step_probe.py's,
+round N, replica I; run it with `--sides serve` for timings of the serve side alone). Its lines
+`step-timings: batch B steps N loop L pre P decode D post Q sampl S ms` are what the patch prints
+every 5 seconds and at the end of each burst (several per log are summed, weighted by their steps).
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ from pathlib import Path
 
 LINE = re.compile(r"step-timings: batch (\d+) steps (\d+) loop ([\d.]+) pre ([\d.]+) "
                   r"decode ([\d.]+) post ([\d.]+) sampl ([\d.]+) ms")
-LOG = re.compile(r"(.+)-round(\d+)\.log")
+LOGS = (re.compile(r"(.+)-round(\d+)\.log"), re.compile(r"serve-(.+)-(\d+)-\d+\.log"))
 PARTS = ("loop", "pre", "decode", "post", "sampl")
 
 
 def read(logs: Path) -> dict[str, dict[int, list[dict[str, float]]]]:
     """config -> batch -> one entry per round: the step-weighted mean of each part, in ms."""
     found: dict[str, dict[int, list[dict[str, float]]]] = {}
-    for log in sorted(logs.glob("*-round*.log")):
-        match = LOG.fullmatch(log.name)
+    for log in sorted(logs.glob("*.log")):
+        match = next((m for m in (pattern.fullmatch(log.name) for pattern in LOGS) if m), None)
         if not match:
             continue
         by_batch: dict[int, list[tuple[int, list[float]]]] = {}
@@ -70,7 +71,8 @@ def main() -> int:
         return 2
     found = read(args.logs)
     if not found:
-        print(f"step_timings.py: no step-timings lines in {args.logs}/*-roundN.log (was "
+        print(f"step_timings.py: no step-timings lines in {args.logs}/*-roundN.log or "
+              "serve-*-N-I.log (was "
               "llama-server built with bench/gpu/patches/step-timings.patch?)", file=sys.stderr)
         return 1
     print(json.dumps(found, indent=1) if args.json else table(found))
