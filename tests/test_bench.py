@@ -162,6 +162,7 @@ def test_concurrency_measures_every_level_of_every_config_interleaved(tmp_path):
             assert burst["tokens"] == 8 * burst["streams"]
             assert len(burst["ttft_ms"]) == len(burst["stream_tps"]) == burst["streams"]
             assert 0 < min(burst["ttft_ms"]) and burst["decode_tps"] > 0
+            assert burst["steady_tps"] > 0
             assert burst["wall_s"] * 1000 > max(burst["ttft_ms"])
             assert burst["aggregate_tps"] == pytest.approx(burst["tokens"] / burst["wall_s"])
         slots[config["name"]] = config["servers"][0]["slots"]
@@ -170,6 +171,25 @@ def test_concurrency_measures_every_level_of_every_config_interleaved(tmp_path):
     assert [row.split("|")[4].strip() for row in rows] == ["1", "2", "1", "2"]
     assert re.search(r"\| two \| `--parallel 2` \| 2 x \d+ \| 2 \| [\d.]+ \| \d+\.\d\d \|", rows[3])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_steady_rate_counts_only_what_arrived_while_every_stream_was_generating():
+    from lemonade_onebit.bench.concurrency import steady_rate
+
+    def stream(times, tokens=None):
+        return {"streamed": True, "first": times[0], "last": times[-1], "arrivals": times,
+                "tokens": tokens or len(times)}
+    # b starts at 2.0 (a was alone before), a ends at 6.0 (b alone after): 4 s with both on
+    a = stream([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    b = stream([2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 7.0, 8.0])
+    assert steady_rate([a, b]) == (4 + 8) / 4.0
+    # events that each carried two tokens count twice
+    assert steady_rate([a, stream(b["arrivals"], tokens=22)]) == (4 + 16) / 4.0
+    # one stream: its own rate after its first token
+    assert steady_rate([a]) == 6 / 6.0
+    # no moment with both on, or a whole reply: none
+    assert steady_rate([stream([0.0, 1.0]), stream([2.0, 3.0])]) is None
+    assert steady_rate([a, {**b, "streamed": False}]) is None
 
 
 def test_concurrency_prompts_are_exact_lengths_sharing_only_the_first_token():

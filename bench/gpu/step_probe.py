@@ -130,10 +130,10 @@ def replicas_of(name: str) -> int:
 
 
 def table(results: dict[str, Config]) -> str:
-    rows = ["| config | side | streams | aggregate decode tok/s | per-stream tok/s | TTFT p50 ms "
-            "| TTFT p95 ms | aggregate tok/s (prefill included) "
+    rows = ["| config | side | streams | aggregate decode tok/s | steady decode tok/s "
+            "| per-stream tok/s | TTFT p50 ms | TTFT p95 ms | aggregate tok/s (prefill included) "
             "| busiest llama-server thread, CPU share |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key, config in results.items():
         name, side = key.split("/")
         for level in concurrency.levels_of(config):
@@ -141,6 +141,7 @@ def table(results: dict[str, Config]) -> str:
             cpu = [s["cpu_share"] for s in config.data.get("main_thread", [])
                    if s["streams"] == level]
             rows.append(f"| {name} | {side} | {level} | {m['decode_tps']:,.0f} | "
+                        f"{m['steady_tps']:,.0f} | "
                         f"{m['stream_tps']:.1f} | {m['ttft_p50_ms']:.0f} | "
                         f"{m['ttft_p95_ms']:.0f} | {m['aggregate_tps']:,.0f} | "
                         f"{statistics.median(cpu) if cpu else float('nan'):.2f} |")

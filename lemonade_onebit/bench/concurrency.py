@@ -12,6 +12,10 @@ is timed from its send to the arrival of each event that carries text.
 - aggregate decode tok/s: every stream's tokens after its first, over the span from the first
   stream's first token to the last stream's last token (llama-batched-bench's S_TG, seen by the
   clients);
+- steady decode tok/s: the tokens that arrived while every stream of the burst was generating
+  (from the last stream's first token to the first stream's last), over that span: the rate with
+  no prompt being prefilled beside the decode, as llama-batched-bench's S_TG has none (its prompts
+  are all processed before its decode is timed). None where that span is empty;
 - aggregate tok/s: every generated token over the burst's wall time, prefill and queueing
   included;
 - per-stream tok/s: a stream's tokens after its first over its own first-to-last span (median
@@ -58,6 +62,7 @@ async def _stream(session, url: str, ids: list[int], max_tokens: int,
     sent = time.perf_counter()
     first = last = None
     texts = 0
+    arrivals: list[float] = []  # of each event that carries text
     usage: dict = {}
     buf = b""
     async with session.post(url + "/v1/completions", json=body) as resp:
@@ -82,6 +87,7 @@ async def _stream(session, url: str, ids: list[int], max_tokens: int,
                 if choices and choices[0].get("text"):
                     first = first or now
                     last = now
+                    arrivals.append(now)
                     texts += 1
                 usage = payload.get("usage") or usage
     end = time.perf_counter()
@@ -90,8 +96,22 @@ async def _stream(session, url: str, ids: list[int], max_tokens: int,
     tokens = usage.get("completion_tokens", texts)
     span = last - first
     return {"sent": sent, "first": first, "last": last, "end": end, "tokens": tokens,
-            "streamed": True, "ttft_ms": (first - sent) * 1000,
+            "arrivals": arrivals, "streamed": True, "ttft_ms": (first - sent) * 1000,
             "tps": (tokens - 1) / span if tokens > 1 and span > 0 else None}
+
+
+def steady_rate(streams: list[dict]) -> float | None:
+    """Tokens per second while every stream was generating: those that arrived after the last
+    stream's first token and up to the first stream's last one. An event may carry more than one
+    token (or a token none), so each stream's events count as its tokens over its events."""
+    if not all(s["streamed"] for s in streams):
+        return None
+    all_on, one_done = max(s["first"] for s in streams), min(s["last"] for s in streams)
+    if one_done <= all_on:
+        return None
+    inside = sum(s["tokens"] / len(s["arrivals"]) * sum(all_on < t <= one_done for t in s["arrivals"])
+                 for s in streams)
+    return inside / (one_done - all_on)
 
 
 async def _burst(session, urls: list[str], batch: list[list[int]], max_tokens: int,
@@ -109,6 +129,7 @@ async def _burst(session, urls: list[str], batch: list[list[int]], max_tokens: i
         "wall_s": wall, "aggregate_tps": sum(s["tokens"] for s in streams) / wall,
         "decode_tps": after_first / (last - first)
         if last > first and all(s["streamed"] for s in streams) else None,
+        "steady_tps": steady_rate(streams),
         "stream_tps": [s["tps"] for s in streams], "ttft_ms": [s["ttft_ms"] for s in streams],
     }
 
@@ -178,8 +199,10 @@ def stats(config: Config, level: int) -> dict[str, float]:
     ttft = [t for b in bursts for t in b["ttft_ms"]]
     per_stream = [t for b in bursts for t in b["stream_tps"] if t is not None]
     decode = [b["decode_tps"] for b in bursts if b["decode_tps"] is not None]
+    steady = [b["steady_tps"] for b in bursts if b.get("steady_tps") is not None]
     return {  # None: every stream of the level was one token long
         "decode_tps": statistics.median(decode) if decode else float("nan"),
+        "steady_tps": statistics.median(steady) if steady else float("nan"),
         "aggregate_tps": statistics.median(b["aggregate_tps"] for b in bursts),
         "stream_tps": statistics.median(per_stream) if per_stream else float("nan"),
         "ttft_p50_ms": percentile(ttft, 0.5), "ttft_p95_ms": percentile(ttft, 0.95),
@@ -201,8 +224,9 @@ def summary(config: Config) -> str:
 def table(configs: list[Config]) -> str:
     base = configs[0]
     rows = ["| config | args | slots x ctx | streams | aggregate decode tok/s | vs "
-            f"{base.name} | per-stream tok/s | TTFT p50 ms | TTFT p95 ms | aggregate tok/s |",
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+            f"{base.name} | steady decode tok/s | per-stream tok/s | TTFT p50 ms | TTFT p95 ms "
+            "| aggregate tok/s |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in configs:
         for level in levels_of(c):
             m = stats(c, level)
@@ -210,7 +234,8 @@ def table(configs: list[Config]) -> str:
             if c is not base and level in levels_of(base):
                 ratio = f"{m['decode_tps'] / stats(base, level)['decode_tps']:.2f}"
             rows.append(f"| {c.name} | {shown_args(c.args)} | {slots_seen(c)} | {level} | "
-                        f"{m['decode_tps']:.1f} | {ratio} | {m['stream_tps']:.1f} | "
+                        f"{m['decode_tps']:.1f} | {ratio} | {m['steady_tps']:.1f} | "
+                        f"{m['stream_tps']:.1f} | "
                         f"{m['ttft_p50_ms']:.0f} | {m['ttft_p95_ms']:.0f} | "
                         f"{m['aggregate_tps']:.1f} |")
     return "\n".join(rows)
