@@ -66,14 +66,15 @@ def main() -> int:
     if args.before_tree:
         sides["before"] = load("download_before", Path(args.before_tree).resolve())
     work = Path(tempfile.mkdtemp(prefix="1bit-pull-phases-"))
-    source = work / "f.gguf"
-    source.write_bytes(b"GGUF" + os.urandom(args.mb * 1_000_000 - 4))
-    sha, size = hashlib.sha256(source.read_bytes()).hexdigest(), source.stat().st_size
-    hub = subprocess.Popen([sys.executable, "-c", HUB, str(ROOT / "tests"), str(work)],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    url = hub.stdout.readline().strip() + "/bench/phases/resolve/main/f.gguf"
+    hub = None
     rows: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in sides}
     try:
+        source = work / "f.gguf"
+        source.write_bytes(b"GGUF" + os.urandom(args.mb * 1_000_000 - 4))
+        sha, size = hashlib.sha256(source.read_bytes()).hexdigest(), source.stat().st_size
+        hub = subprocess.Popen([sys.executable, "-c", HUB, str(ROOT / "tests"), str(work)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        url = hub.stdout.readline().strip() + "/bench/phases/resolve/main/f.gguf"
         names = list(sides)
         for r in range(args.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
@@ -87,8 +88,9 @@ def main() -> int:
                 rows[name].append(((clock.done - start) * 1e3, cpu * 1e3,
                                    (end - clock.done) * 1e3, (end - start) * 1e3))
     finally:
-        hub.stdin.close()
-        hub.wait()
+        if hub is not None:
+            hub.stdin.close()
+            hub.wait()
         shutil.rmtree(work, ignore_errors=True)
     print(f"| fetch of a {args.mb} MB file | last byte in the file (ms) | receiving thread CPU "
           f"(ms) | sha256 done after the last byte (ms) | total (ms) | MB/s |")

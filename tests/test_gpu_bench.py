@@ -391,12 +391,15 @@ def test_step_timings_weights_reports_by_steps_and_takes_the_median_over_rounds(
     (tmp_path / "bench.log").write_text(line.format(b=32, n=1, l="1", d="1"))  # not a round's log
     (tmp_path / "serve-bs-eos@a+b-1-0.log").write_text(line.format(b=32, n=20, l="6.5", d="5.0"))
     (tmp_path / "serve-bs-eos@a+b-2-0.log").write_text(line.format(b=32, n=20, l="6.0", d="4.5"))
+    (tmp_path / "serve-rep2-1-0.log").write_text(line.format(b=32, n=10, l="6.0", d="4.5"))
+    (tmp_path / "serve-rep2-1-1.log").write_text(line.format(b=32, n=30, l="2.0", d="1.5"))
     out = subprocess.run([sys.executable, str(GPU / "step_timings.py"), str(tmp_path), "--json"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout)
-    assert sorted(found) == ["bs-eos@a+b", "serve+x"]  # step_probe.py's logs too
+    assert sorted(found) == ["bs-eos@a+b", "rep2", "serve+x"]  # step_probe.py's logs too
     assert [r["loop"] for r in found["bs-eos@a+b"]["32"]] == [6.5, 6.0]
+    assert [r["loop"] for r in found["rep2"]["32"]] == [3.0]  # two replicas, one round
     rounds = found["serve+x"]["32"]
     assert [r["loop"] for r in rounds] == [5.0, 9.0, 7.0]  # round 1: (100*8 + 300*4) / 400
     assert rounds[0]["steps"] == 400

@@ -101,9 +101,11 @@ if [ "${PROBE:-}" = step ]; then  # bench/gpu/step_probe.py instead: direct vs s
   levels=${LEVELS:-1,32}
   top=$(tr , '\n' <<< "$levels" | sort -n | tail -n 1)
   tokens=${TOKENS:-128}
+  rm -rf "$WORK/logs"  # this call's logs only (a warm machine keeps the last call's)
+  mkdir -p "$WORK/logs"
   run timeout 120 "$BIN/llama-batched-bench" -m "$MODEL" -ngl 99 -fa on -c "$(( top * 2 * tokens ))" \
     -npp "$tokens" -ntg "$tokens" -npl "$levels" --output-format jsonl > "$OUT/batched-bench.jsonl" \
-    2> "$WORK/batched-bench.log" || note "llama-batched-bench: exit $?"
+    2> "$WORK/logs/batched-bench.log" || note "llama-batched-bench: exit $?"
   note "ceiling: $(( $(date +%s) - T0 )) s"
   run python3 bench/gpu/step_probe.py --bin "$BIN" --model "$MODEL" --out "$WORK/logs" \
     --levels "$levels" --rounds "${ROUNDS:-2}" --bursts "${BURSTS:-3}" --sides "${SIDES:-direct,serve}" \

@@ -172,6 +172,8 @@ def main() -> int:
         chosen = {n: split(n, args.bin) for n in names}
     except ValueError as e:
         raise SystemExit(f"--configs: {e}") from None
+    if "serve" not in sides_asked and any(replicas_of(chosen[n][0]) > 1 for n in names):
+        raise SystemExit("--configs: repK is measured through serve only; add serve to --sides")
     args.out.mkdir(parents=True, exist_ok=True)
     levels = [int(n) for n in args.levels.split(",")]
     results = {f"{n}/{side}": Config(n, CONFIGS[chosen[n][0]][0]) for n in names

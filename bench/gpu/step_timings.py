@@ -5,9 +5,10 @@ size, the median over rounds of each part of a decode step, as a markdown table 
     python3 bench/gpu/step_timings.py LOGS_DIR [--json]
 
 A log is `CONFIG-roundN.log` (`1bit bench`'s) or `serve-CONFIG-N-I.log` (bench/gpu/step_probe.py's,
-round N, replica I; run it with `--sides serve` for timings of the serve side alone). Its lines
-`step-timings: batch B steps N loop L pre P decode D post Q sampl S ms` are what the patch prints
-every 5 seconds and at the end of each burst (several per log are summed, weighted by their steps).
+round N, replica I: a round's replicas count as one round; run it with `--sides serve` for timings
+of the serve side alone). Its lines `step-timings: batch B steps N loop L pre P decode D post Q
+sampl S ms` are what the patch prints every 5 seconds and at the end of each burst (several per
+round are summed, weighted by their steps).
 """
 
 from __future__ import annotations
@@ -26,24 +27,27 @@ PARTS = ("loop", "pre", "decode", "post", "sampl")
 
 
 def read(logs: Path) -> dict[str, dict[int, list[dict[str, float]]]]:
-    """config -> batch -> one entry per round: the step-weighted mean of each part, in ms."""
-    found: dict[str, dict[int, list[dict[str, float]]]] = {}
+    """config -> batch -> one entry per round (the logs of a round's replicas together): the
+    step-weighted mean of each part, in ms."""
+    rounds: dict[tuple[str, int], dict[int, list[tuple[int, list[float]]]]] = {}
     for log in sorted(logs.glob("*.log")):
         match = next((m for m in (pattern.fullmatch(log.name) for pattern in LOGS) if m), None)
         if not match:
             continue
-        by_batch: dict[int, list[tuple[int, list[float]]]] = {}
+        by_batch = rounds.setdefault((match[1], int(match[2])), {})
         for line in log.read_text(errors="replace").splitlines():
             hit = LINE.search(line)
             if hit:
                 batch, steps = int(hit[1]), int(hit[2])
                 by_batch.setdefault(batch, []).append((steps, [float(x) for x in hit.groups()[2:]]))
+    found: dict[str, dict[int, list[dict[str, float]]]] = {}
+    for (config, _), by_batch in sorted(rounds.items()):
         for batch, reports in by_batch.items():
             total = sum(steps for steps, _ in reports)
             mean = {part: sum(steps * values[i] for steps, values in reports) / total
                     for i, part in enumerate(PARTS)}
             mean["steps"] = total
-            found.setdefault(match[1], {}).setdefault(batch, []).append(mean)
+            found.setdefault(config, {}).setdefault(batch, []).append(mean)
     return found
 
 
