@@ -26,7 +26,7 @@ from lemonade_onebit.laya.policy import load_policy, pick_device
 ROOT = Path(__file__).resolve().parent.parent
 EVAL = ROOT / "data" / "laya" / "eval.json"
 TRAIN = ROOT / "data" / "laya" / "train.json"
-HELD_OUT_BAR = 0.92  # docs/laya.md: 94.8% measured on eval.json (long_doc included); aim: 97%
+HELD_OUT_BAR = 0.92  # docs/laya.md: 95.2% measured on eval.json (long_doc included); aim: 97%
 
 
 def route(*args: str) -> subprocess.CompletedProcess:
@@ -252,6 +252,7 @@ def test_eval_input_errors(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # six trainings over train.json: about 5 minutes on 2 cores
 def test_the_shipped_model_is_what_training_on_the_repo_gives():
     """Weights and temperature: `make laya-model` on these files gives exactly the shipped file."""
     from lemonade_onebit.laya.train import train
