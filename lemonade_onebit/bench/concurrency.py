@@ -10,8 +10,8 @@ connections). The streams go over aiohttp on one event loop, as serve's own clie
 is timed from its send to the arrival of each event that carries text.
 
 - aggregate decode tok/s: every stream's tokens after its first, over the span from the first
-  stream's first token to the last stream's last token (llama-batched-bench's S_TG, seen by the
-  clients);
+  stream's first token to the last stream's last token (llama-batched-bench's S_TG as the clients
+  see it, with the later streams' prefill and the last streams' tail inside the span);
 - steady decode tok/s: the tokens that arrived while every stream of the burst was generating
   (from the last stream's first token to the first stream's last), over that span: the rate with
   no prompt being prefilled beside the decode, as llama-batched-bench's S_TG has none (its prompts
@@ -61,7 +61,6 @@ async def _stream(session, url: str, ids: list[int], max_tokens: int,
             **(sampling or {})}
     sent = time.perf_counter()
     first = last = None
-    texts = 0
     arrivals: list[float] = []  # of each event that carries text
     usage: dict = {}
     buf = b""
@@ -88,12 +87,11 @@ async def _stream(session, url: str, ids: list[int], max_tokens: int,
                     first = first or now
                     last = now
                     arrivals.append(now)
-                    texts += 1
                 usage = payload.get("usage") or usage
     end = time.perf_counter()
     if first is None or last is None:
         raise RunError("a stream carried no token")
-    tokens = usage.get("completion_tokens", texts)
+    tokens = usage.get("completion_tokens", len(arrivals))
     span = last - first
     return {"sent": sent, "first": first, "last": last, "end": end, "tokens": tokens,
             "arrivals": arrivals, "streamed": True, "ttft_ms": (first - sent) * 1000,
