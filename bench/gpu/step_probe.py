@@ -165,9 +165,10 @@ def main() -> int:
     args = parser.parse_args()
     exit_on_sigterm()
     names = args.configs.split(",")
-    sides_asked = [side for side in ("direct", "serve") if side in args.sides.split(",")]
-    if not sides_asked or set(args.sides.split(",")) - {"direct", "serve"}:
+    asked = set(args.sides.split(","))
+    if asked - {"direct", "serve"}:  # "" too
         raise SystemExit(f"--sides {args.sides}: give direct, serve or direct,serve")
+    sides_asked = [side for side in ("direct", "serve") if side in asked]
     try:
         chosen = {n: split(n, args.bin) for n in names}
     except ValueError as e:
@@ -207,8 +208,7 @@ def main() -> int:
                         for _ in range(args.bursts):
                             sides = sides_asked if (k % 2 == 0) else sides_asked[::-1]
                             k += 1
-                            # K serves are measured through serve only
-                            for side in sides if replicas == 1 else set(sides) & {"serve"}:
+                            for side in sides if replicas == 1 else ["serve"]:
                                 one_burst(urls[side], results[f"{name}/{side}"], level, args, r,
                                           llamas, headers[side], CONFIGS[base][1])
                 finally:

@@ -60,7 +60,6 @@ async def _stream(session, url: str, ids: list[int], max_tokens: int,
             "ignore_eos": True, "stream_options": {"include_usage": True}, **COMMON,
             **(sampling or {})}
     sent = time.perf_counter()
-    first = last = None
     arrivals: list[float] = []  # of each event that carries text
     usage: dict = {}
     buf = b""
@@ -84,13 +83,12 @@ async def _stream(session, url: str, ids: list[int], max_tokens: int,
                 payload = json.loads(data[5:])
                 choices = payload.get("choices") or []
                 if choices and choices[0].get("text"):
-                    first = first or now
-                    last = now
                     arrivals.append(now)
                 usage = payload.get("usage") or usage
     end = time.perf_counter()
-    if first is None or last is None:
+    if not arrivals:
         raise RunError("a stream carried no token")
+    first, last = arrivals[0], arrivals[-1]
     tokens = usage.get("completion_tokens", len(arrivals))
     span = last - first
     return {"sent": sent, "first": first, "last": last, "end": end, "tokens": tokens,
